@@ -1,0 +1,48 @@
+"""airflow-smdist: SageMaker distributed computing as Airflow operators, with a Docker-free local backend.
+
+This module must stay import-cheap: it is imported by Airflow's provider manager, by DAG files, and by
+``airflow_smdist.runtime`` inside training jobs (where Airflow may not be installed at all). Nothing here
+imports Airflow, boto3, the sagemaker SDK, torch or pyspark.
+"""
+
+__version__ = "0.1.0"
+
+
+def get_provider_info() -> dict:
+    """Provider metadata for Airflow's ProvidersManager (``apache_airflow_provider`` entry point)."""
+    return {
+        "package-name": "airflow-smdist",
+        "name": "SageMaker distributed computing (smdist)",
+        "description": "Distributed training, PySpark processing, sharded batch inference and tuning on "
+        "Amazon SageMaker, with a Docker-free local backend that runs the same requests on this machine.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "SageMaker distributed computing (smdist)",
+                "external-doc-url": "https://docs.aws.amazon.com/sagemaker/latest/dg/distributed-training.html",
+                "tags": ["aws"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "SageMaker distributed computing (smdist)",
+                "python-modules": ["airflow_smdist.operators.training"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "SageMaker distributed computing (smdist)",
+                "python-modules": ["airflow_smdist.sensors.training"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "SageMaker distributed computing (smdist)",
+                "python-modules": ["airflow_smdist.hooks.smdist"],
+            }
+        ],
+        "connection-types": [
+            {"connection-type": "smdist", "hook-class-name": "airflow_smdist.hooks.smdist.SmdistHook"}
+        ],
+        "extra-links": ["airflow_smdist.operators.links.SageMakerTrainingJobLink"],
+    }

@@ -1,0 +1,43 @@
+"""Every difference between the Airflow versions MWAA runs (2.10.3 .. 3.3.x) lives here, nowhere else."""
+
+from __future__ import annotations
+
+from airflow import __version__ as AIRFLOW_VERSION
+
+AIRFLOW_V_3_0_PLUS = int(AIRFLOW_VERSION.split(".")[0]) >= 3
+
+if AIRFLOW_V_3_0_PLUS:
+    from airflow.sdk import BaseOperator, BaseOperatorLink, BaseSensorOperator
+else:  # Airflow 2.10 / 2.11
+    from airflow.models import BaseOperator  # type: ignore[no-redef]
+    from airflow.models.baseoperatorlink import BaseOperatorLink  # type: ignore[no-redef]
+    from airflow.sensors.base import BaseSensorOperator  # type: ignore[no-redef]
+
+try:  # Airflow >= 3.1
+    from airflow.sdk import BaseHook
+except ImportError:  # pragma: no cover - older lines
+    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
+
+from airflow.exceptions import AirflowException
+
+__all__ = [
+    "AIRFLOW_VERSION",
+    "AIRFLOW_V_3_0_PLUS",
+    "AirflowException",
+    "BaseHook",
+    "BaseOperator",
+    "BaseOperatorLink",
+    "BaseSensorOperator",
+    "get_connection_extra",
+]
+
+
+def get_connection_extra(conn_id: str | None) -> dict:
+    """The extra of connection ``conn_id`` as a dict, or {} when no such connection is defined."""
+    if not conn_id:
+        return {}
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except Exception:  # noqa: BLE001 - AirflowNotFoundException differs across versions
+        return {}
+    return dict(conn.extra_dejson or {})

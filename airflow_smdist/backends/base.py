@@ -1,0 +1,134 @@
+"""The Backend protocol: one interface for every job kind, in the SageMaker API's own shapes.
+
+A backend takes a Create*Job request (the dict the SageMaker API takes), runs it, and answers Describe*
+in the shape SageMaker answers it, with SageMaker's statuses. Operators, sensors and triggers only talk
+to this protocol, so the same DAG runs on the ``local`` backend and on ``sagemaker``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+JobKind = Literal["training", "processing", "transform", "tuning"]
+JOB_KINDS: tuple[str, ...] = ("training", "processing", "transform", "tuning")
+
+#: Create / Describe / Stop operation names and the request/response keys, per job kind.
+OPERATIONS: dict[str, dict[str, str]] = {
+    "training": {
+        "create": "CreateTrainingJob",
+        "describe": "DescribeTrainingJob",
+        "stop": "StopTrainingJob",
+        "list": "ListTrainingJobs",
+        "name_key": "TrainingJobName",
+        "status_key": "TrainingJobStatus",
+        "arn_key": "TrainingJobArn",
+        "log_group": "/aws/sagemaker/TrainingJobs",
+    },
+    "processing": {
+        "create": "CreateProcessingJob",
+        "describe": "DescribeProcessingJob",
+        "stop": "StopProcessingJob",
+        "list": "ListProcessingJobs",
+        "name_key": "ProcessingJobName",
+        "status_key": "ProcessingJobStatus",
+        "arn_key": "ProcessingJobArn",
+        "log_group": "/aws/sagemaker/ProcessingJobs",
+    },
+    "transform": {
+        "create": "CreateTransformJob",
+        "describe": "DescribeTransformJob",
+        "stop": "StopTransformJob",
+        "list": "ListTransformJobs",
+        "name_key": "TransformJobName",
+        "status_key": "TransformJobStatus",
+        "arn_key": "TransformJobArn",
+        "log_group": "/aws/sagemaker/TransformJobs",
+    },
+    "tuning": {
+        "create": "CreateHyperParameterTuningJob",
+        "describe": "DescribeHyperParameterTuningJob",
+        "stop": "StopHyperParameterTuningJob",
+        "list": "ListHyperParameterTuningJobs",
+        "name_key": "HyperParameterTuningJobName",
+        "status_key": "HyperParameterTuningJobStatus",
+        "arn_key": "HyperParameterTuningJobArn",
+        "log_group": "/aws/sagemaker/TrainingJobs",
+    },
+}
+
+RUNNING_STATES = frozenset({"InProgress", "Stopping", "Pending"})
+TERMINAL_STATES = frozenset({"Completed", "Failed", "Stopped"})
+SUCCESS_STATES = frozenset({"Completed"})
+
+
+def operation(kind: str, what: str) -> str:
+    try:
+        return OPERATIONS[kind][what]
+    except KeyError:
+        raise ValueError(f"job kind {kind!r} is not one of {JOB_KINDS}") from None
+
+
+def job_name_of(kind: str, request: dict) -> str:
+    return request[OPERATIONS[kind]["name_key"]]
+
+
+def status_of(kind: str, description: dict) -> str:
+    return description[OPERATIONS[kind]["status_key"]]
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One log line of one host of a job. ``timestamp`` is epoch seconds."""
+
+    timestamp: float
+    host: str
+    message: str
+
+    def format(self) -> str:
+        return f"[{self.host}] {self.message}"
+
+
+class BackendError(RuntimeError):
+    """A backend call failed. Keeps the service's own error code and message (never 'request failed')."""
+
+    def __init__(self, message: str, *, code: str | None = None, operation: str | None = None) -> None:
+        self.code = code
+        self.operation = operation
+        prefix = ""
+        if operation:
+            prefix += f"{operation} failed"
+        if code:
+            prefix += f" ({code})"
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class JobNotFound(BackendError):
+    """Describe/Stop of a job that does not exist."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(f"{kind} job {name!r} does not exist", code="ValidationException")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend does, for every job kind."""
+
+    name: str
+
+    def submit(self, kind: JobKind, request: dict[str, Any]) -> str:
+        """Start the job the Create*Job ``request`` describes; return its name. Raises BackendError."""
+
+    def describe(self, kind: JobKind, name: str) -> dict[str, Any]:
+        """Describe*Job response (SageMaker's shape and statuses). Raises JobNotFound."""
+
+    def stop(self, kind: JobKind, name: str) -> None:
+        """Stop*Job: ask the job to stop (it then goes Stopping -> Stopped). No-op for a finished job."""
+
+    def log_events(
+        self, kind: JobKind, name: str, cursor: Any = None
+    ) -> tuple[list[LogEvent], Any]:
+        """New log events of every host since ``cursor`` (None: from the start), ordered by time, and the
+        cursor to pass next time. Cursors are JSON-serialisable so a trigger can carry them."""

@@ -1,0 +1,334 @@
+"""The training container contract, as the SageMaker training toolkit gives it to a script.
+
+Everything here is what ``sagemaker-training-toolkit`` (TTK) and the PyTorch training toolkit derive from
+``/opt/ml/input/config/*.json`` and the hyperparameters: the SM_* variables, the CLI arguments, the
+command that runs the entry point, and which launcher runs it (shared/reference/sagemaker-contracts.md
+§1.4-1.6). Pure functions over dicts, so tests check the contract without running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+#: hyperparameters TTK keeps out of the user's (SAGEMAKER_HYPERPARAMETERS + _tuning_objective_metric)
+TTK_FIXED_KEYS = ("sagemaker_program", "sagemaker_submit_directory", "sagemaker_enable_cloudwatch_metrics",
+                  "sagemaker_region", "sagemaker_container_log_level", "sagemaker_job_name",
+                  "default_user_module_name", "sagemaker_s3_output", "_tuning_objective_metric")
+MASTER_PORT = 7777  # SageMaker's torchrun and PyTorch container port
+
+
+@dataclass
+class Host:
+    label: str  # algo-N: SageMaker's name, used for log streams and directories
+    address: str  # 127.A.B.N: the host name scripts see (SM_CURRENT_HOST), reachable on loopback
+    group: str = "homogeneousCluster"
+    instance_type: str = "ml.m5.xlarge"
+
+
+@dataclass
+class Cluster:
+    hosts: list[Host]
+    groups: list[dict] = field(default_factory=list)  # [{instance_group_name, instance_type, hosts}]
+    is_hetero: bool = False
+
+    @property
+    def names(self) -> list[str]:
+        """SM_HOSTS: sorted lexicographically, as SageMaker does."""
+        return sorted(h.address for h in self.hosts)
+
+    def rank(self, host: Host) -> int:
+        return self.names.index(host.address)
+
+    @property
+    def master(self) -> str:
+        return self.names[0]
+
+
+def make_cluster(resource_config: dict, block: tuple[int, int]) -> Cluster:
+    a, b = block
+    hosts: list[Host] = []
+    groups: list[dict] = []
+    if resource_config.get("InstanceGroups"):
+        n = 0
+        for g in resource_config["InstanceGroups"]:
+            members = []
+            for _ in range(int(g["InstanceCount"])):
+                n += 1
+                h = Host(f"algo-{n}", f"127.{a}.{b}.{n}", g["InstanceGroupName"], g["InstanceType"])
+                hosts.append(h)
+                members.append(h.address)
+            groups.append({"instance_group_name": g["InstanceGroupName"], "instance_type": g["InstanceType"],
+                           "hosts": members})
+        return Cluster(hosts, groups, is_hetero=True)
+    itype = resource_config["InstanceType"]
+    for n in range(1, int(resource_config["InstanceCount"]) + 1):
+        hosts.append(Host(f"algo-{n}", f"127.{a}.{b}.{n}", "homogeneousCluster", itype))
+    groups = [{"instance_group_name": "homogeneousCluster", "instance_type": itype,
+               "hosts": [h.address for h in hosts]}]
+    return Cluster(hosts, groups)
+
+
+def resource_config_json(cluster: Cluster, host: Host) -> dict:
+    """resourceconfig.json of ``host``: the documented fields plus the ones TTK reads (both group keys)."""
+    return {
+        "current_host": host.address,
+        "current_instance_type": host.instance_type,
+        "current_group_name": host.group,
+        "current_instance_group": host.group,  # TTK's own fallback writer uses this key
+        "hosts": cluster.names,
+        "instance_groups": cluster.groups,
+        "network_interface_name": "lo",
+    }
+
+
+def input_data_config_json(request: dict, channel_names: list[str] | None = None) -> dict:
+    default_mode = request["AlgorithmSpecification"].get("TrainingInputMode", "File")
+    out = {}
+    for ch in request.get("InputDataConfig", []):
+        if channel_names is not None and ch["ChannelName"] not in channel_names:
+            continue
+        s3 = ch.get("DataSource", {}).get("S3DataSource", {})
+        entry = {"TrainingInputMode": ch.get("InputMode", default_mode),
+                 "S3DistributionType": s3.get("S3DataDistributionType", "FullyReplicated"),
+                 "RecordWrapperType": ch.get("RecordWrapperType", "None")}
+        if ch.get("ContentType"):
+            entry["ContentType"] = ch["ContentType"]
+        out[ch["ChannelName"]] = entry
+    return out
+
+
+def decode_hyperparameters(raw: dict[str, str]) -> dict[str, Any]:
+    """TTK's read_hyperparameters(): json.loads each value, keeping the raw string when that fails."""
+    out = {}
+    for k, v in (raw or {}).items():
+        try:
+            out[k] = json.loads(v)
+        except (TypeError, ValueError):
+            out[k] = v
+    return out
+
+
+def split_hyperparameters(hps: dict[str, Any]) -> tuple[dict, dict, dict]:
+    """(user hyperparameters, fixed sagemaker_* ones, additional framework parameters), as TTK splits them."""
+    user, fixed, extra = {}, {}, {}
+    for k, v in hps.items():
+        if k in TTK_FIXED_KEYS:
+            fixed[k] = v
+        elif k.startswith("sagemaker_"):
+            extra[k] = v
+        else:
+            user[k] = v
+    return user, fixed, extra
+
+
+def to_cmd_args(hps: dict[str, Any]) -> list[str]:
+    """TTK mapping.to_cmd_args: sorted keys, ``--key`` (``-k`` for one letter), ``str`` of the value;
+    dicts as ``k1=v1,k2=v2``."""
+    args: list[str] = []
+    for key in sorted(hps):
+        value = hps[key]
+        flag = f"-{key}" if len(key) == 1 else f"--{key}"
+        if isinstance(value, dict):
+            value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+        args += [flag, str(value)]
+    return args
+
+
+def _env_value(v: Any) -> str:
+    """TTK mapping.to_env_vars: strings as they are, others JSON (sorted, compact), None as ''."""
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class HostPaths:
+    """Where the /opt/ml paths of one host are, as seen by its processes."""
+
+    base: str  # "/opt/ml" in a namespace; the host directory otherwise
+
+    def p(self, *parts: str) -> str:
+        return os.path.join(self.base, *parts)
+
+
+def launcher_of(fixed_and_extra: dict) -> str:
+    """Which runner the PyTorch training toolkit picks, in its order (contracts §1.6)."""
+    hp = fixed_and_extra
+    if hp.get("sagemaker_mpi_enabled"):
+        return "mpi"
+    if hp.get("sagemaker_pytorch_ddp_enabled"):
+        return "smddp"
+    if hp.get("sagemaker_torch_distributed_enabled"):
+        return "torchrun"
+    if hp.get("sagemaker_distributed_dataparallel_enabled"):
+        return "smddp"
+    if hp.get("sagemaker_pytorch_xla_multi_worker_enabled"):
+        return "xla"
+    if hp.get("sagemaker_parameter_server_enabled"):
+        return "parameter_server"
+    if hp.get("sagemaker_multi_worker_mirrored_strategy_enabled"):
+        return "mwms"
+    return "process"
+
+
+def processes_per_host(extra: dict, num_gpus: int) -> int:
+    """``sagemaker_mpi_num_of_processes_per_host`` or SM_NUM_GPUS or 1, as the containers decide."""
+    n = extra.get("sagemaker_mpi_num_of_processes_per_host")
+    if n:
+        return int(n)
+    return num_gpus or 1
+
+
+def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: HostPaths, channels: list[str],
+                     num_cpus: int, num_gpus: int = 0, master_port: int = MASTER_PORT,
+                     region: str = "us-east-1", account: str = "000000000000") -> dict[str, str]:
+    """Every variable the platform, TTK and the PyTorch container set for a script (contracts §1.5)."""
+    job = request["TrainingJobName"]
+    hps = decode_hyperparameters(request.get("HyperParameters", {}))
+    user, fixed, extra = split_hyperparameters(hps)
+    input_data_config = input_data_config_json(request, channels)
+    rc = resource_config_json(cluster, host)
+    entry = fixed.get("sagemaker_program") or ""
+    channel_dirs = {ch: paths.p("input", "data", ch) for ch in sorted(channels)}
+    dist_groups = extra.get("sagemaker_distribution_instance_groups") or [g["instance_group_name"] for g in cluster.groups]
+    dist_hosts = [a for g in cluster.groups if g["instance_group_name"] in dist_groups for a in g["hosts"]]
+    training_env = {
+        "additional_framework_parameters": extra,
+        "channel_input_dirs": channel_dirs,
+        "current_host": host.address,
+        "current_instance_group": host.group,
+        "current_instance_group_hosts": next(g["hosts"] for g in cluster.groups if g["instance_group_name"] == host.group),
+        "current_instance_type": host.instance_type,
+        "distribution_hosts": dist_hosts,
+        "distribution_instance_groups": dist_groups,
+        "framework_module": os.environ.get("SAGEMAKER_TRAINING_MODULE", "sagemaker_pytorch_container.training:main"),
+        "hosts": cluster.names,
+        "hyperparameters": user,
+        "input_config_dir": paths.p("input", "config"),
+        "input_data_config": input_data_config,
+        "input_dir": paths.p("input"),
+        "instance_groups": [g["instance_group_name"] for g in cluster.groups],
+        "instance_groups_dict": {g["instance_group_name"]: g for g in cluster.groups},
+        "is_hetero": cluster.is_hetero,
+        "is_master": host.address == (dist_hosts[0] if dist_hosts else cluster.master),
+        "is_modelparallel_enabled": bool(user.get("mp_parameters")),
+        "is_smddpmprun_installed": False,
+        "is_smddprun_installed": False,
+        "job_name": job,
+        "log_level": int(fixed.get("sagemaker_container_log_level", 20)),
+        "master_hostname": dist_hosts[0] if dist_hosts else cluster.master,
+        "model_dir": paths.p("model"),
+        "module_dir": fixed.get("sagemaker_submit_directory", ""),
+        "module_name": entry[:-3] if entry.endswith(".py") else entry,
+        "network_interface_name": "lo",
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "num_neurons": 0,
+        "output_data_dir": paths.p("output", "data"),
+        "output_dir": paths.p("output"),
+        "output_intermediate_dir": paths.p("output", "intermediate"),
+        "resource_config": rc,
+        "user_entry_point": entry,
+    }
+    env: dict[str, str] = {
+        "TRAINING_JOB_NAME": job,
+        "TRAINING_JOB_ARN": f"arn:aws:sagemaker:{region}:{account}:training-job/{job.lower()}",
+        "SAGEMAKER_BASE_DIR": paths.base,
+        "SAGEMAKER_PROGRAM": entry,
+        "SAGEMAKER_SUBMIT_DIRECTORY": fixed.get("sagemaker_submit_directory", ""),
+        "SAGEMAKER_REGION": str(fixed.get("sagemaker_region", region)),
+        "SAGEMAKER_JOB_NAME": job,
+        "CURRENT_HOST": host.address,
+        "SM_HOSTS": _env_value(cluster.names),
+        "SM_NETWORK_INTERFACE_NAME": "lo",
+        "SM_HPS": _env_value(user),
+        "SM_USER_ENTRY_POINT": entry,
+        "SM_FRAMEWORK_PARAMS": _env_value(extra),
+        "SM_RESOURCE_CONFIG": _env_value(rc),
+        "SM_INPUT_DATA_CONFIG": _env_value(input_data_config),
+        "SM_OUTPUT_DATA_DIR": paths.p("output", "data"),
+        "SM_CHANNELS": _env_value(sorted(channels)),
+        "SM_CURRENT_HOST": host.address,
+        "SM_CURRENT_INSTANCE_TYPE": host.instance_type,
+        "SM_CURRENT_INSTANCE_GROUP": host.group,
+        "SM_CURRENT_INSTANCE_GROUP_HOSTS": _env_value(training_env["current_instance_group_hosts"]),
+        "SM_INSTANCE_GROUPS": _env_value(training_env["instance_groups"]),
+        "SM_INSTANCE_GROUPS_DICT": _env_value(training_env["instance_groups_dict"]),
+        "SM_DISTRIBUTION_INSTANCE_GROUPS": _env_value(dist_groups),
+        "SM_IS_HETERO": _env_value(cluster.is_hetero),
+        "SM_MODULE_NAME": training_env["module_name"],
+        "SM_MODULE_DIR": training_env["module_dir"],
+        "SM_LOG_LEVEL": str(training_env["log_level"]),
+        "SM_FRAMEWORK_MODULE": training_env["framework_module"],
+        "SM_INPUT_DIR": paths.p("input"),
+        "SM_INPUT_CONFIG_DIR": paths.p("input", "config"),
+        "SM_OUTPUT_DIR": paths.p("output"),
+        "SM_MODEL_DIR": paths.p("model"),
+        "SM_OUTPUT_INTERMEDIATE_DIR": paths.p("output", "intermediate"),
+        "SM_NUM_CPUS": str(num_cpus),
+        "SM_NUM_GPUS": str(num_gpus),
+        "SM_NUM_NEURONS": "0",
+        "SM_TRAINING_ENV": _env_value(training_env),
+        "SM_USER_ARGS": _env_value(to_cmd_args(user)),
+        # SDK v3 (ModelTrainer) names, so scripts written for either SDK find what they read
+        "SM_MASTER_ADDR": training_env["master_hostname"],
+        "SM_MASTER_PORT": str(master_port),
+        "SM_HOST_COUNT": str(len(cluster.hosts)),
+        "SM_CURRENT_HOST_RANK": str(cluster.rank(host)),
+        "SM_INPUT_DATA_DIR": paths.p("input", "data"),
+        "SM_OUTPUT_FAILURE": paths.p("output", "failure"),
+        # the PyTorch container's distributed settings
+        "MASTER_ADDR": training_env["master_hostname"],
+        "MASTER_PORT": str(master_port),
+        "NCCL_SOCKET_IFNAME": "lo",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_DEBUG": "WARN",
+    }
+    for name, path in channel_dirs.items():
+        env[f"SM_CHANNEL_{name.upper()}"] = path
+    for key, value in user.items():
+        env[f"SM_HP_{key.upper()}"] = _env_value(value)
+    env.update(request.get("Environment") or {})
+    if fixed.get("sagemaker_s3_output"):
+        env["SM_S3_OUTPUT"] = str(fixed["sagemaker_s3_output"])
+    return env
+
+
+def entry_command(entry: str, args: list[str], code_dir_outside: str, python: str = sys.executable) -> list[str]:
+    """How TTK's ProcessRunner runs the entry point (``_entry_point_type``)."""
+    if os.path.exists(os.path.join(code_dir_outside, "setup.py")) and entry.endswith(".py"):
+        return [python, "-m", entry[:-3].replace("/", "."), *args]
+    if entry.endswith(".py"):
+        return [python, entry, *args]
+    return ["/bin/sh", "-c", f"./{entry} {shlex.join(args)}"]
+
+
+def host_command(*, launcher: str, entry: str, args: list[str], code_dir_outside: str, cluster: Cluster,
+                 host: Host, nproc: int, master_port: int, python: str = sys.executable) -> list[str]:
+    """The command of one simulated host for the launcher the container would use."""
+    n_hosts = len(cluster.hosts)
+    if launcher == "torchrun":
+        if not entry.endswith(".py"):
+            raise ValueError("torch_distributed runs only python programs (*.py)")
+        return [python, "-m", "torch.distributed.run", "--nnodes", str(n_hosts), "--nproc_per_node", str(nproc),
+                "--master_addr", cluster.master, "--master_port", str(master_port),
+                "--node_rank", str(cluster.rank(host)), entry, *args]
+    if launcher in ("mpi", "smddp"):
+        inner = entry_command(entry, args, code_dir_outside, python)
+        return [python, "-m", "airflow_smdist.backends.local.mpishim", "--np", str(nproc), "--nodes", str(n_hosts),
+                "--node-rank", str(cluster.rank(host)), "--", *inner]
+    return entry_command(entry, args, code_dir_outside, python)
+
+
+def tf_config(cluster: Cluster, host: Host, port: int = 2222) -> str:
+    """TF_CONFIG of the TensorFlow container for multi_worker_mirrored_strategy: every host a worker."""
+    return json.dumps({"cluster": {"worker": [f"{h}:{port}" for h in cluster.names]},
+                       "task": {"type": "worker", "index": cluster.rank(host)}})

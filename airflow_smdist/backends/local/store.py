@@ -1,0 +1,156 @@
+"""Where local jobs live: one directory per job, its request, its state, its hosts' loopback addresses.
+
+Layout under the local root (``SMDIST_LOCAL_ROOT``, the ``smdist`` connection's ``local_root`` extra, or
+``$AIRFLOW_HOME/smdist``)::
+
+    <root>/<kind>/<job-name>/request.json     the Create*Job request, as submitted
+                             state.json       status, secondary status, times, failure, metrics, pid
+                             stop             exists once StopTrainingJob was asked
+                             hosts/algo-N/    the /opt/ml tree of simulated host N
+                             logs/algo-N.jsonl one JSON line per output line: {"t": epoch, "m": text}
+                             supervisor.log   the supervisor's own log
+    <root>/addresses.json                     loopback blocks in use (127.A.B.0/24 per job)
+
+State survives the process that submitted the job, so a retried Airflow task in another process
+describes, stops and reattaches to the same job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from airflow_smdist.backends.base import JOB_KINDS, TERMINAL_STATES, JobNotFound
+
+
+def default_root() -> Path:
+    env = os.environ.get("SMDIST_LOCAL_ROOT")
+    if env:
+        return Path(env)
+    airflow_home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+    return Path(airflow_home) / "smdist"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return default
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of ours is not alive
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class JobStore:
+    def __init__(self, root: str | os.PathLike | None = None) -> None:
+        self.root = Path(root) if root else default_root()
+
+    def job_dir(self, kind: str, name: str) -> Path:
+        if kind not in JOB_KINDS:
+            raise ValueError(f"unknown job kind {kind!r}")
+        if not name or "/" in name or name.startswith("."):
+            raise JobNotFound(kind, name)
+        return self.root / kind / name
+
+    def create(self, kind: str, name: str) -> Path:
+        """Make the job's directory; False-free: raises FileExistsError if the name is taken."""
+        d = self.job_dir(kind, name)
+        d.parent.mkdir(parents=True, exist_ok=True)
+        d.mkdir()  # atomic: two submitters of one name cannot both win
+        return d
+
+    def exists(self, kind: str, name: str) -> bool:
+        return (self.job_dir(kind, name) / "request.json").exists()
+
+    def request(self, kind: str, name: str) -> dict:
+        req = read_json(self.job_dir(kind, name) / "request.json")
+        if req is None:
+            raise JobNotFound(kind, name)
+        return req
+
+    def state(self, kind: str, name: str) -> dict:
+        d = self.job_dir(kind, name)
+        st = read_json(d / "state.json")
+        if st is None:
+            raise JobNotFound(kind, name)
+        return st
+
+    def list(self, kind: str) -> list[str]:
+        base = self.root / kind
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if (p / "state.json").exists())
+
+    # -- loopback addresses ----------------------------------------------------------------------
+    def allocate_block(self, job_key: str) -> tuple[int, int]:
+        """A 127.A.B.0/24 block of loopback addresses for one job's hosts, unique among running jobs.
+
+        All of 127/8 is loopback on Linux, so host N of the job is reachable at 127.A.B.N and fixed ports
+        (torchrun's 7777, a script's own) do not collide between hosts or between jobs that run at once.
+        """
+        path = self.root / "addresses.json"
+        with locked(self.root / "addresses.lock"):
+            table = read_json(path, {}) or {}
+            # reclaim blocks of jobs that ended or whose supervisor died
+            for block, owner in list(table.items()):
+                kind, _, name = owner.partition("/")
+                st = read_json(self.root / kind / name / "state.json", {}) or {}
+                status = st.get("status")
+                if status in TERMINAL_STATES or (status and not pid_alive(st.get("pid")) and st.get("pid")):
+                    del table[block]
+            for index in range(0, 254 * 256):
+                a, b = 1 + index // 256, index % 256
+                key = f"{a}.{b}"
+                if key not in table:
+                    table[key] = job_key
+                    self.root.mkdir(parents=True, exist_ok=True)
+                    write_json_atomic(path, table)
+                    return a, b
+        raise RuntimeError("no free loopback block: more than 65,000 local jobs are running")
+
+    def release_block(self, job_key: str) -> None:
+        path = self.root / "addresses.json"
+        with locked(self.root / "addresses.lock"):
+            table = read_json(path, {}) or {}
+            table = {k: v for k, v in table.items() if v != job_key}
+            write_json_atomic(path, table)
+
+
+def now() -> float:
+    return time.time()

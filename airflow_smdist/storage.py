@@ -1,0 +1,189 @@
+"""Object storage behind job requests: ``s3://`` through boto3 (any endpoint) and ``file://`` locally.
+
+Used by the operators (uploading sourcedir.tar.gz) and by the local backend (staging channels, writing
+model artifacts). boto3 is imported lazily. The S3 endpoint comes from ``endpoint_url`` or boto3's own
+``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` variables, so moto's server works in tests.
+
+No key may escape its destination: :func:`safe_join` rejects ``..`` components and absolute keys.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote
+
+from airflow_smdist.specs.errors import SpecError
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    uri: str
+    key: str  # bucket key (s3) or absolute path (file)
+    size: int
+
+
+def parse_uri(uri: str, field: str = "uri") -> tuple[str, str, str]:
+    """``s3://bucket/key`` -> ("s3", bucket, key); ``file:///abs/path`` -> ("file", "", "/abs/path")."""
+    if not isinstance(uri, str) or "://" not in uri:
+        raise SpecError(field, f"{uri!r} is not a URI.", "use s3://bucket/prefix (or file:///abs/path on the local backend).")
+    scheme, rest = uri.split("://", 1)
+    if scheme == "s3":
+        bucket, _, key = rest.partition("/")
+        if not bucket:
+            raise SpecError(field, f"{uri!r} names no bucket.", "use s3://bucket/prefix.")
+        return "s3", bucket, key
+    if scheme == "file":
+        path = unquote(rest)
+        if not path.startswith("/"):
+            raise SpecError(field, f"{uri!r} is not an absolute file:// URI.", "use file:///absolute/path.")
+        return "file", "", path
+    raise SpecError(field, f"scheme {scheme!r} of {uri!r} is not supported.", "use s3:// (or file:// on the local backend).")
+
+
+def join_uri(base: str, *parts: str) -> str:
+    out = base.rstrip("/")
+    for p in parts:
+        out += "/" + p.strip("/")
+    return out
+
+
+def safe_join(root: str | os.PathLike, relative: str) -> Path:
+    """``root/relative``, refusing keys that would land outside ``root`` (``..``, absolute keys)."""
+    rel = PurePosixPath(relative)
+    if rel.is_absolute() or relative.startswith("/"):
+        raise SpecError("key", f"{relative!r} is an absolute key.", "object keys must be relative to their prefix.")
+    if any(part == ".." for part in rel.parts):
+        raise SpecError("key", f"{relative!r} contains '..'.", "rename the object: keys with '..' could write outside the destination.")
+    root_path = Path(root).resolve()
+    target = (root_path / Path(*rel.parts)) if rel.parts else root_path
+    if root_path != target.resolve() and root_path not in target.resolve().parents:
+        raise SpecError("key", f"{relative!r} resolves outside {root_path}.", "remove symbolic links from the destination.")
+    return target
+
+
+class Storage:
+    """s3:// and file:// behind one small interface."""
+
+    def __init__(self, endpoint_url: str | None = None, region_name: str | None = None) -> None:
+        self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        self.region_name = region_name or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
+        self._s3 = None
+
+    @property
+    def s3(self):
+        if self._s3 is None:
+            import boto3
+            from botocore.config import Config
+
+            self._s3 = boto3.session.Session().client(
+                "s3",
+                endpoint_url=self.endpoint_url,
+                region_name=self.region_name or "us-east-1",
+                config=Config(retries={"mode": "adaptive", "max_attempts": 10}),
+            )
+        return self._s3
+
+    # -- listing ---------------------------------------------------------------------------------
+    def list(self, prefix_uri: str) -> list[StoredObject]:
+        """Every object whose key starts with the prefix (S3 semantics: a string prefix), sorted by key."""
+        scheme, bucket, key = parse_uri(prefix_uri)
+        if scheme == "s3":
+            out = []
+            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
+                for obj in page.get("Contents", []):
+                    if obj["Key"].endswith("/") and obj["Size"] == 0:
+                        continue  # "folder" placeholder objects
+                    out.append(StoredObject(f"s3://{bucket}/{obj['Key']}", obj["Key"], obj["Size"]))
+            return sorted(out, key=lambda o: o.key)
+        path = Path(key)
+        if path.is_file():
+            return [StoredObject(prefix_uri, str(path), path.stat().st_size)]
+        base = path if path.is_dir() else path.parent
+        if not base.is_dir():
+            return []
+        out = []
+        for dirpath, _dirs, files in os.walk(base):
+            for f in files:
+                p = os.path.join(dirpath, f)
+                if p.startswith(key):
+                    out.append(StoredObject("file://" + p, p, os.path.getsize(p)))
+        return sorted(out, key=lambda o: o.key)
+
+    def exists(self, uri: str) -> bool:
+        scheme, bucket, key = parse_uri(uri)
+        if scheme == "file":
+            return os.path.exists(key)
+        from botocore.exceptions import ClientError
+
+        try:
+            self.s3.head_object(Bucket=bucket, Key=key)
+            return True
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+
+    # -- transfer --------------------------------------------------------------------------------
+    def download(self, uri: str, dest: str | os.PathLike) -> None:
+        scheme, bucket, key = parse_uri(uri)
+        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        if scheme == "file":
+            shutil.copyfile(key, dest)
+        else:
+            self.s3.download_file(bucket, key, str(dest))
+
+    def upload(self, src: str | os.PathLike, uri: str) -> None:
+        scheme, bucket, key = parse_uri(uri)
+        if scheme == "file":
+            Path(key).parent.mkdir(parents=True, exist_ok=True)
+            tmp = key + ".smdist-partial"
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, key)
+        else:
+            self.s3.upload_file(str(src), bucket, key)
+
+    def read_bytes(self, uri: str) -> bytes:
+        scheme, bucket, key = parse_uri(uri)
+        if scheme == "file":
+            return Path(key).read_bytes()
+        return self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    def write_bytes(self, data: bytes, uri: str) -> None:
+        scheme, bucket, key = parse_uri(uri)
+        if scheme == "file":
+            Path(key).parent.mkdir(parents=True, exist_ok=True)
+            tmp = key + ".smdist-partial"
+            Path(tmp).write_bytes(data)
+            os.replace(tmp, key)
+        else:
+            self.s3.put_object(Bucket=bucket, Key=key, Body=data)
+
+    def download_prefix(self, prefix_uri: str, dest: str | os.PathLike, objects: list[StoredObject] | None = None) -> list[Path]:
+        """Download the objects under ``prefix_uri`` into ``dest`` keeping their paths relative to the prefix.
+
+        ``objects`` restricts it to a subset (a shard). Keys are checked with :func:`safe_join`."""
+        objs = self.list(prefix_uri) if objects is None else objects
+        written = []
+        for obj in objs:
+            rel = relative_key(prefix_uri, obj)
+            target = safe_join(dest, rel)
+            self.download(obj.uri, target)
+            written.append(target)
+        return written
+
+
+def relative_key(prefix_uri: str, obj: StoredObject) -> str:
+    """The path of ``obj`` below the prefix it was listed under, as SageMaker lays it out in a channel.
+
+    ``s3://b/data/train`` + key ``data/train/part-1.csv`` -> ``part-1.csv``; a prefix that is the object
+    itself -> its base name."""
+    _scheme, _bucket, key = parse_uri(prefix_uri)
+    rel = obj.key[len(key):] if obj.key.startswith(key) else obj.key
+    if rel.startswith("/") and key and not key.endswith("/"):
+        rel = rel[1:]  # the separator between the prefix and the rest; a second '/' is an absolute key
+    if not rel:
+        rel = PurePosixPath(obj.key).name
+    return rel
