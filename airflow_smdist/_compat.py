@@ -7,11 +7,11 @@ from airflow import __version__ as AIRFLOW_VERSION
 AIRFLOW_V_3_0_PLUS = int(AIRFLOW_VERSION.split(".")[0]) >= 3
 
 if AIRFLOW_V_3_0_PLUS:
-    from airflow.sdk import BaseOperator, BaseOperatorLink, BaseSensorOperator
+    from airflow.sdk import BaseOperator, BaseOperatorLink, BaseSensorOperator, PokeReturnValue
 else:  # Airflow 2.10 / 2.11
     from airflow.models import BaseOperator  # type: ignore[no-redef]
     from airflow.models.baseoperatorlink import BaseOperatorLink  # type: ignore[no-redef]
-    from airflow.sensors.base import BaseSensorOperator  # type: ignore[no-redef]
+    from airflow.sensors.base import BaseSensorOperator, PokeReturnValue  # type: ignore[no-redef]
 
 try:  # Airflow >= 3.1
     from airflow.sdk import BaseHook
@@ -28,6 +28,7 @@ __all__ = [
     "BaseOperator",
     "BaseOperatorLink",
     "BaseSensorOperator",
+    "PokeReturnValue",
     "get_connection_extra",
 ]
 

@@ -77,10 +77,12 @@ def validate_request(
 
 
 def _field(operation_name: str, name: str) -> str:
+    name = name.lstrip(".")  # botocore names nested members ".Outer.Inner"
     return f"{operation_name}.{name}" if name else operation_name
 
 
 def _botocore_error(operation_name: str, error_type: str, name: str, info: dict) -> SpecError:
+    name = name.lstrip(".")
     where = _field(operation_name, name)
     if error_type == "missing required field":
         req = info.get("required_name")

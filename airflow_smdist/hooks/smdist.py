@@ -1,0 +1,89 @@
+"""The ``smdist`` connection: which backend runs jobs, and how it reaches AWS or the local machine.
+
+Connection extra (all optional)::
+
+    {"backend": "local" | "sagemaker", "aws_conn_id": "aws_default", "region_name": "us-east-1",
+     "local_root": "/path/for/local/jobs", "s3_endpoint_url": "http://127.0.0.1:5000"}
+
+The backend is chosen by the operator's ``backend=`` argument, else this connection's ``backend`` extra,
+else the ``SMDIST_BACKEND`` environment variable, else ``local``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from airflow_smdist._compat import BaseHook, get_connection_extra
+
+BACKENDS = ("local", "sagemaker")
+
+
+def resolve_backend_name(backend: str | None, extra: dict) -> str:
+    name = backend or extra.get("backend") or os.environ.get("SMDIST_BACKEND") or "local"
+    if name not in BACKENDS:
+        from airflow_smdist.specs.errors import SpecError
+
+        raise SpecError("backend", f"{name!r} is not a backend.", f"use one of {BACKENDS}.")
+    return name
+
+
+class SmdistHook(BaseHook):
+    conn_name_attr = "smdist_conn_id"
+    default_conn_name = "smdist_default"
+    conn_type = "smdist"
+    hook_name = "SageMaker distributed computing (smdist)"
+
+    def __init__(self, smdist_conn_id: str | None = default_conn_name, *, aws_conn_id: str | None = None,
+                 region_name: str | None = None) -> None:
+        super().__init__()
+        self.smdist_conn_id = smdist_conn_id
+        self._aws_conn_id = aws_conn_id
+        self._region_name = region_name
+        self._extra: dict | None = None
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["host", "schema", "login", "password", "port"],
+            "relabeling": {},
+            "placeholders": {"extra": '{"backend": "sagemaker", "aws_conn_id": "aws_default", "region_name": "us-east-1"}'},
+        }
+
+    @property
+    def extra(self) -> dict:
+        if self._extra is None:
+            self._extra = get_connection_extra(self.smdist_conn_id)
+        return self._extra
+
+    @property
+    def aws_conn_id(self) -> str | None:
+        return self._aws_conn_id or self.extra.get("aws_conn_id") or "aws_default"
+
+    @property
+    def region_name(self) -> str | None:
+        return self._region_name or self.extra.get("region_name") or os.environ.get("AWS_DEFAULT_REGION")
+
+    def backend_name(self, backend: str | None = None) -> str:
+        return resolve_backend_name(backend, self.extra)
+
+    def get_backend(self, backend: str | None = None):
+        name = self.backend_name(backend)
+        if name == "sagemaker":
+            from airflow_smdist.backends.sagemaker import SageMakerBackend
+
+            return SageMakerBackend(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        from airflow_smdist.backends.local import LocalBackend
+
+        return LocalBackend(self.extra.get("local_root"), region_name=self.region_name,
+                            s3_endpoint_url=self.extra.get("s3_endpoint_url"))
+
+    def get_conn(self):
+        return self.get_backend()
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            backend = self.get_backend()
+        except Exception as e:  # noqa: BLE001
+            return False, str(e)
+        return True, f"backend {backend.name!r} is ready"

@@ -1,0 +1,173 @@
+"""SageMakerDistributedTrainingOperator: a distributed training job in a few lines of a DAG."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from airflow_smdist.operators.base import SmdistJobOperator, isoformat
+from airflow_smdist.operators.links import SageMakerTrainingJobLink, SageMakerTrainingLogsLink
+
+#: build_training arguments the operator passes through (and templates)
+TRAINING_ARGS = (
+    "entry_point", "source_dir", "code_location", "framework", "framework_version", "py_version", "image_uri",
+    "algorithm", "algorithm_version", "instance_type", "instance_count", "hyperparameters", "distribution",
+    "inputs", "input_mode", "output_path", "role", "checkpoint_s3_uri", "checkpoint_local_path", "max_run",
+    "use_spot_instances", "max_wait", "max_retry_attempts", "metric_definitions", "environment", "volume_size",
+    "subnets", "security_group_ids", "enable_network_isolation", "encrypt_inter_container_traffic",
+    "instance_groups", "lr_scaling", "tags",
+)
+
+
+class SageMakerDistributedTrainingOperator(SmdistJobOperator):
+    """Run a SageMaker training job, distributed the way the SageMaker SDK distributes it.
+
+    The arguments are the SDK estimator's (see :func:`airflow_smdist.specs.training.build_training`):
+    ``entry_point`` + ``source_dir`` with ``framework``/``framework_version``/``py_version`` (script mode
+    in a Deep Learning Container), or ``algorithm=`` (a built-in algorithm) or ``image_uri=``;
+    ``instance_type`` x ``instance_count``; ``distribution`` ({"torch_distributed": {"enabled": True}},
+    {"mpi": {...}}, {"smdistributed": {...}}, ...); ``inputs`` channels (FullyReplicated / ShardedByS3Key);
+    ``checkpoint_s3_uri``; ``lr_scaling`` for the linear scaling rule.
+
+    ``backend``: "local" (default; runs here, for real) or "sagemaker"; else the ``smdist`` connection's
+    ``backend`` extra, else ``SMDIST_BACKEND``. The job name is stable across tries of one task instance:
+    a retry reattaches to the job its earlier try started. Returns (XCom) ``job_name``, ``status``,
+    ``model_artifacts``, ``final_metrics`` and a few more small fields.
+    """
+
+    kind = "training"
+    name_prefix = "smdist"
+    template_fields: Sequence[str] = ("job_name", "backend", *TRAINING_ARGS)
+    template_fields_renderers = {"hyperparameters": "json", "distribution": "json", "inputs": "json",
+                                 "environment": "json", "lr_scaling": "json", "metric_definitions": "json"}
+    operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink())
+
+    def __init__(self, *, output_path: str, role: str = "arn:aws:iam::000000000000:role/SageMakerExecutionRole",
+                 entry_point: str | None = None, source_dir: str | None = None, code_location: str | None = None,
+                 framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
+                 image_uri: str | None = None, algorithm: str | None = None, algorithm_version: str | None = None,
+                 instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1,
+                 hyperparameters: dict[str, Any] | None = None, distribution: dict[str, Any] | None = None,
+                 inputs: dict[str, Any] | None = None, input_mode: str = "File",
+                 checkpoint_s3_uri: str | None = None, checkpoint_local_path: str | None = None,
+                 max_run: int | str = 86400, use_spot_instances: bool = False, max_wait: int | str | None = None,
+                 max_retry_attempts: int | str | None = None, metric_definitions: list[dict] | None = None,
+                 environment: dict[str, str] | None = None, volume_size: int | str = 30,
+                 subnets: list[str] | None = None, security_group_ids: list[str] | None = None,
+                 enable_network_isolation: bool = False, encrypt_inter_container_traffic: bool = False,
+                 instance_groups: list[dict] | None = None, lr_scaling: dict[str, Any] | None = None,
+                 tags: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.output_path = output_path
+        self.role = role
+        self.entry_point = entry_point
+        self.source_dir = source_dir
+        self.code_location = code_location
+        self.framework = framework
+        self.framework_version = framework_version
+        self.py_version = py_version
+        self.image_uri = image_uri
+        self.algorithm = algorithm
+        self.algorithm_version = algorithm_version
+        self.instance_type = instance_type
+        self.instance_count = instance_count
+        self.hyperparameters = hyperparameters
+        self.distribution = distribution
+        self.inputs = inputs
+        self.input_mode = input_mode
+        self.checkpoint_s3_uri = checkpoint_s3_uri
+        self.checkpoint_local_path = checkpoint_local_path
+        self.max_run = max_run
+        self.use_spot_instances = use_spot_instances
+        self.max_wait = max_wait
+        self.max_retry_attempts = max_retry_attempts
+        self.metric_definitions = metric_definitions
+        self.environment = environment
+        self.volume_size = volume_size
+        self.subnets = subnets
+        self.security_group_ids = security_group_ids
+        self.enable_network_isolation = enable_network_isolation
+        self.encrypt_inter_container_traffic = encrypt_inter_container_traffic
+        self.instance_groups = instance_groups
+        self.lr_scaling = lr_scaling
+        self.tags = tags
+        self._plan = None
+
+    def plan(self, job_name: str, backend_name: str):
+        from airflow_smdist.specs.training import build_training
+
+        spec_log = logging.getLogger("airflow_smdist.specs")
+        handler = _ForwardTo(self.log)
+        spec_log.addHandler(handler)
+        try:
+            return build_training(job_name=job_name, region=self.hook.region_name,
+                                  allow_local_uris=backend_name == "local",
+                                  **{name: getattr(self, name) for name in TRAINING_ARGS})
+        finally:
+            spec_log.removeHandler(handler)
+
+    def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
+        self._plan = plan = self.plan(job_name, backend_name)
+        if plan.lr_scaling is not None:
+            self.log.info("Learning rate for world size %s: %s", plan.world_size, plan.lr_scaling.describe())
+        if plan.source_dir:
+            from airflow_smdist.sourcedir import upload_source
+            from airflow_smdist.storage import Storage
+
+            backend = self.get_backend()
+            storage = Storage(endpoint_url=getattr(backend, "s3_endpoint_url", None))
+            upload_source(plan.source_dir, plan.entry_point if self.source_dir else None, plan.source_uri, storage)
+            self.log.info("Uploaded %s as %s", plan.source_dir, plan.source_uri)
+        return plan.request
+
+    def persist_links(self, context: Any, job_name: str) -> None:
+        region = self.hook.region_name or "us-east-1"
+        for link in (SageMakerTrainingJobLink, SageMakerTrainingLogsLink):
+            link.persist(context=context, operator=self, region_name=region, aws_partition="aws", job_name=job_name)
+
+    def result(self, description: dict[str, Any]) -> dict[str, Any]:
+        return training_result(description, self.get_backend().name, self._plan)
+
+
+def training_result(description: dict[str, Any], backend_name: str, plan: Any = None) -> dict[str, Any]:
+    """The small, JSON-safe XCom result of a training job (the full description stays on the backend)."""
+    from airflow_smdist.backends.local.contract import decode_hyperparameters, split_hyperparameters
+
+    user_hps, _fixed, _extra = split_hyperparameters(decode_hyperparameters(description.get("HyperParameters", {})))
+    resources = description.get("ResourceConfig", {})
+    out = {
+        "job_name": description["TrainingJobName"],
+        "job_arn": description.get("TrainingJobArn"),
+        "status": description["TrainingJobStatus"],
+        "secondary_status": description.get("SecondaryStatus"),
+        "backend": backend_name,
+        "model_artifacts": (description.get("ModelArtifacts") or {}).get("S3ModelArtifacts"),
+        "final_metrics": {m["MetricName"]: m["Value"] for m in description.get("FinalMetricDataList", [])},
+        "hyperparameters": user_hps,
+        "instance_type": resources.get("InstanceType"),
+        "instance_count": resources.get("InstanceCount"),
+        "instance_groups": [{"name": g["InstanceGroupName"], "instance_type": g["InstanceType"],
+                             "instance_count": g["InstanceCount"]} for g in resources.get("InstanceGroups", [])],
+        "training_time_seconds": description.get("TrainingTimeInSeconds"),
+        "billable_time_seconds": description.get("BillableTimeInSeconds"),
+        "start_time": isoformat(description.get("TrainingStartTime")),
+        "end_time": isoformat(description.get("TrainingEndTime")),
+    }
+    if description.get("FailureReason"):
+        out["failure_reason"] = description["FailureReason"]
+    if plan is not None and plan.lr_scaling is not None:
+        s = plan.lr_scaling
+        out["lr_scaling"] = {"global_batch_size": s.global_batch_size, "learning_rate": s.learning_rate,
+                             "warmup_epochs": s.warmup_epochs, "world_size": plan.world_size}
+    return out
+
+
+class _ForwardTo(logging.Handler):
+    """Send the request builder's advice (best-practice warnings) to the task log."""
+
+    def __init__(self, target: logging.Logger) -> None:
+        super().__init__()
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.target.log(record.levelno, "%s", record.getMessage())
