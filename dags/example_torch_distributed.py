@@ -15,7 +15,13 @@ from __future__ import annotations
 import os
 
 import pendulum
-from airflow.sdk import DAG, Param, task
+
+try:  # Airflow 3
+    from airflow.sdk import DAG, Param, task
+except ImportError:  # Airflow 2.10 / 2.11
+    from airflow import DAG
+    from airflow.decorators import task
+    from airflow.models.param import Param
 
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
+from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat
 from airflow_smdist.operators.links import SageMakerTrainingJobLink, SageMakerTrainingLogsLink
 
 #: build_training arguments the operator passes through (and templates)
 TRAINING_ARGS = (
-    "entry_point", "source_dir", "code_location", "framework", "framework_version", "py_version", "image_uri",
+    "entry_point", "source_dir", "code_location", "framework", "framework_version", "py_version",
+    "base_framework_version", "image_uri",
     "algorithm", "algorithm_version", "instance_type", "instance_count", "hyperparameters", "distribution",
     "inputs", "input_mode", "output_path", "role", "checkpoint_s3_uri", "checkpoint_local_path", "max_run",
     "use_spot_instances", "max_wait", "max_retry_attempts", "metric_definitions", "environment", "volume_size",
@@ -45,7 +47,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
     def __init__(self, *, output_path: str, role: str = "arn:aws:iam::000000000000:role/SageMakerExecutionRole",
                  entry_point: str | None = None, source_dir: str | None = None, code_location: str | None = None,
                  framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
-                 image_uri: str | None = None, algorithm: str | None = None, algorithm_version: str | None = None,
+                 base_framework_version: str | None = None, image_uri: str | None = None, algorithm: str | None = None, algorithm_version: str | None = None,
                  instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1,
                  hyperparameters: dict[str, Any] | None = None, distribution: dict[str, Any] | None = None,
                  inputs: dict[str, Any] | None = None, input_mode: str = "File",
@@ -66,6 +68,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         self.framework = framework
         self.framework_version = framework_version
         self.py_version = py_version
+        self.base_framework_version = base_framework_version
         self.image_uri = image_uri
         self.algorithm = algorithm
         self.algorithm_version = algorithm_version
@@ -96,20 +99,21 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
     def plan(self, job_name: str, backend_name: str):
         from airflow_smdist.specs.training import build_training
 
+        # Airflow 3 task logs take every logger's records; Airflow 2 only "airflow.task"'s, so forward there
         spec_log = logging.getLogger("airflow_smdist.specs")
-        handler = _ForwardTo(self.log)
-        spec_log.addHandler(handler)
+        handler = None if AIRFLOW_V_3_0_PLUS else _ForwardTo(self.log)
+        if handler:
+            spec_log.addHandler(handler)
         try:
             return build_training(job_name=job_name, region=self.hook.region_name,
                                   allow_local_uris=backend_name == "local",
                                   **{name: getattr(self, name) for name in TRAINING_ARGS})
         finally:
-            spec_log.removeHandler(handler)
+            if handler:
+                spec_log.removeHandler(handler)
 
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
         self._plan = plan = self.plan(job_name, backend_name)
-        if plan.lr_scaling is not None:
-            self.log.info("Learning rate for world size %s: %s", plan.world_size, plan.lr_scaling.describe())
         if plan.source_dir:
             from airflow_smdist.sourcedir import upload_source
             from airflow_smdist.storage import Storage

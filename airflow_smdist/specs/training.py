@@ -144,6 +144,7 @@ def build_training(
     framework: str | None = None,
     framework_version: str | None = None,
     py_version: str | None = None,
+    base_framework_version: str | None = None,
     image_uri: str | None = None,
     algorithm: str | None = None,
     algorithm_version: str | None = None,
@@ -174,7 +175,8 @@ def build_training(
     """Build a CreateTrainingJob request the way the SageMaker Python SDK (v2 estimators) would.
 
     Exactly one of ``image_uri``, ``algorithm`` (a built-in algorithm: its image from the SDK's data) and
-    ``framework`` + ``framework_version`` (+ ``py_version``: a Deep Learning Container) names the image.
+    ``framework`` + ``framework_version`` (+ ``py_version``; + ``base_framework_version`` for huggingface,
+    e.g. "pytorch2.5.1": a Deep Learning Container) names the image.
     ``entry_point`` (+ ``source_dir``) makes it a script-mode job. ``distribution`` takes the SDK's
     ``distribution=`` dict. ``inputs`` maps channel names to an S3 prefix or a dict with ``s3_uri``,
     ``distribution`` (FullyReplicated|ShardedByS3Key), ``input_mode`` (File|FastFile|Pipe), ...
@@ -188,6 +190,11 @@ def build_training(
 
     region = region or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
     hyperparameters = dict(hyperparameters or {})
+    # Jinja with render_template_as_native_obj turns "2.5" into 2.5: versions are strings
+    framework_version = None if framework_version is None else str(framework_version)
+    algorithm_version = None if algorithm_version is None else str(algorithm_version)
+    py_version = None if py_version is None else str(py_version)
+    base_framework_version = None if base_framework_version is None else str(base_framework_version)
     if input_mode not in INPUT_MODES:
         raise SpecError("input_mode", f"{input_mode!r} is not an input mode.", f"use one of {INPUT_MODES}.")
     max_run = _as_int(max_run, "max_run")
@@ -232,7 +239,8 @@ def build_training(
     if algorithm:
         from airflow_smdist.specs import builtin_algorithms
 
-        advice_msgs = builtin_algorithms.check_scaling(algorithm, primary_type, total_count, input_mode) or []
+        advice_msgs = builtin_algorithms.check_scaling(algorithm, primary_type, total_count, input_mode,
+                                                       hyperparameters) or []
         image = builtin_algorithms.algorithm_image_uri(algorithm, region, algorithm_version)
     elif framework:
         from airflow_smdist.specs import images
@@ -240,7 +248,8 @@ def build_training(
         if not framework_version:
             raise SpecError("framework_version", f"is required with framework={framework!r}.",
                             "pass framework_version='2.5' (see the SageMaker Deep Learning Containers list).")
-        image = images.framework_image_uri(framework, framework_version, py_version, primary_type, region)
+        image = images.framework_image_uri(framework, framework_version, py_version, primary_type, region,
+                                           base_framework_version=base_framework_version)
         advice_msgs = []
     else:
         image, advice_msgs = image_uri, []
@@ -255,7 +264,7 @@ def build_training(
                         "(they distribute themselves across instance_count).")
     advice = best_practices.check_training(instance_type=primary_type, instance_count=total_count,
                                            distribution=distribution, checkpoint_s3_uri=checkpoint_s3_uri,
-                                           algorithm=algorithm)
+                                           algorithm=algorithm, instance_groups=resource.get("InstanceGroups"))
     advice = list(advice) + [best_practices.Advice("warning", "algorithm", m) for m in advice_msgs]
     world = best_practices.world_size(primary_type, total_count, distribution)
 

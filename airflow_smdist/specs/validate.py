@@ -146,7 +146,7 @@ def _walk(shape, value, path: str, errors: list[SpecError], allow_local: bool) -
             if allow_local and value.startswith(LOCAL_URI_PREFIXES) and "://" in pattern:
                 return
             rx = _compiled(pattern)
-            if rx is not None and not rx.match(value):
+            if rx is not None and not rx.fullmatch(value):  # the service matches whole values (Java matches())
                 hint = ("give an s3:// URI." if "s3" in pattern and "://" in pattern
                         else f"make it match the pattern {pattern}.")
                 errors.append(SpecError(path, f"{value!r} is not allowed here.", hint))

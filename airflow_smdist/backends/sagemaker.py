@@ -1,0 +1,284 @@
+"""The ``sagemaker`` backend: the request goes to the real SageMaker API, through the Amazon provider's hooks.
+
+Clients come from ``SageMakerHook`` / ``AwsLogsHook``, so everything an Airflow ``aws`` connection carries
+(credentials, role assumption, region, ``endpoint_url``, ``config_kwargs``) is honoured; tests point the
+connection's ``endpoint_url`` at a moto server. Retries use botocore's adaptive mode (10 attempts) unless
+the connection's ``config_kwargs`` say otherwise. Every ClientError keeps its AWS code and message.
+
+No method here sleeps or waits: waiting belongs to sensors and triggers.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Any
+
+from airflow_smdist.backends.base import (
+    OPERATIONS,
+    TERMINAL_STATES,
+    BackendError,
+    JobNotFound,
+    LogEvent,
+    operation,
+    status_of,
+)
+from airflow_smdist.specs.errors import SpecError, SpecErrors
+from airflow_smdist.specs.validate import LOCAL_URI_PREFIXES, operation_model, validate_request
+
+#: Retries for every client unless the connection's ``config_kwargs`` set their own.
+DEFAULT_RETRIES = {"mode": "adaptive", "max_attempts": 10}
+
+#: The result key of each List* call.
+_SUMMARIES_KEY = {
+    "training": "TrainingJobSummaries",
+    "processing": "ProcessingJobSummaries",
+    "transform": "TransformJobSummaries",
+    "tuning": "HyperParameterTuningJobSummaries",
+}
+
+#: How SageMaker says "no such job" (DescribeTrainingJob: "Requested resource not found.").
+_NOT_FOUND = re.compile(r"not found|does not exist|could not find|can't find|cannot find", re.IGNORECASE)
+
+#: "<epoch>" suffix SageMaker appends to a host's stream name ("algo-1-1700000000").
+_STREAM_EPOCH = re.compile(r"-\d{9,}$")
+
+#: Pages read from one stream in one log_events call (a bound, never reached in practice).
+_MAX_PAGES_PER_STREAM = 100
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _client_error_parts(exc: Exception) -> tuple[str | None, str]:
+    error = (getattr(exc, "response", None) or {}).get("Error", {})
+    return error.get("Code"), error.get("Message") or str(exc)
+
+
+def host_of_stream(job_name: str, stream_name: str) -> str:
+    """``"<job>/algo-1-1700000000"`` -> ``"algo-1"``; ``"<job>/i-0ab-1700000000/data-log"`` ->
+    ``"i-0ab/data-log"``."""
+    rest = stream_name[len(job_name) + 1:] if stream_name.startswith(job_name + "/") else stream_name
+    first, _, more = rest.partition("/")
+    host = _STREAM_EPOCH.sub("", first) or first
+    return f"{host}/{more}" if more else host
+
+
+def _local_uri_errors(operation_name: str, request: dict[str, Any]) -> list[SpecError]:
+    """file:// values in URI fields (those whose model pattern takes a scheme), named like validate.py does."""
+    found: list[SpecError] = []
+
+    def walk(shape, value, path):
+        t = shape.type_name
+        if t == "structure" and isinstance(value, dict):
+            for key, v in value.items():
+                if key in shape.members:
+                    walk(shape.members[key], v, f"{path}.{key}")
+        elif t == "list" and isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(shape.member, v, f"{path}[{i}]")
+        elif t == "map" and isinstance(value, dict):
+            for k, v in value.items():
+                walk(shape.value, v, f"{path}[{k!r}]")
+        elif t == "string" and isinstance(value, str) and value.startswith(LOCAL_URI_PREFIXES):
+            if "://" in shape.metadata.get("pattern", ""):
+                found.append(SpecError(
+                    path,
+                    f"{value!r} is a local URI; file:// URIs only work on the local backend, and SageMaker "
+                    "reads and writes s3:// only.",
+                    "upload the data to S3 and give its s3:// URI, or run this job with backend='local'.",
+                ))
+
+    walk(operation_model(operation_name).input_shape, request, operation_name)
+    return found
+
+
+class SageMakerBackend:
+    """Runs Create*Job requests on Amazon SageMaker (or anything speaking its API, e.g. moto)."""
+
+    name = "sagemaker"
+
+    def __init__(self, aws_conn_id: str | None = "aws_default", region_name: str | None = None) -> None:
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+
+    # ---- clients -------------------------------------------------------------------------------------
+    def _client_from(self, hook):
+        from botocore.config import Config
+
+        # The hook's own ``config`` would replace the connection's config_kwargs wholesale; merging keeps
+        # whatever the connection sets (it wins) and adds adaptive retries where it sets none.
+        config = Config(retries=dict(DEFAULT_RETRIES)).merge(hook.config)
+        return hook.get_client_type(region_name=hook.region_name, config=config)
+
+    @cached_property
+    def sagemaker_hook(self):
+        from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
+
+        return SageMakerHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+
+    @cached_property
+    def client(self):
+        """boto3 ``sagemaker`` client (lazy)."""
+        return self._client_from(self.sagemaker_hook)
+
+    @cached_property
+    def logs_client(self):
+        """boto3 ``logs`` client (lazy), same connection."""
+        from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
+
+        return self._client_from(AwsLogsHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name))
+
+    def _call(self, op: str, **kwargs) -> dict[str, Any]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return getattr(self.client, _snake(op))(**kwargs)
+        except ClientError as exc:
+            code, message = _client_error_parts(exc)
+            raise BackendError(message, code=code, operation=op) from exc
+        except BotoCoreError as exc:  # no credentials, endpoint unreachable, ...
+            raise BackendError(str(exc), code=type(exc).__name__, operation=op) from exc
+
+    # ---- the protocol ---------------------------------------------------------------------------------
+    def submit(self, kind: str, request: dict[str, Any]) -> str:
+        """Validate ``request`` (file:// rejected) and call Create*Job. Returns the job name."""
+        op = operation(kind, "create")
+        local = _local_uri_errors(op, request)
+        local_fields = {e.field for e in local}
+        try:
+            validate_request(op, request, allow_local_uris=False)
+            others: list[SpecError] = []
+        except SpecErrors as exc:
+            others = [e for e in exc.errors if e.field not in local_fields]
+        if local or others:
+            raise SpecErrors(local + others)
+        self._call(op, **request)
+        return request[OPERATIONS[kind]["name_key"]]
+
+    def describe(self, kind: str, name: str) -> dict[str, Any]:
+        """Describe*Job, without ``ResponseMetadata``. Raises JobNotFound for a missing job."""
+        op = operation(kind, "describe")
+        try:
+            response = self._call(op, **{OPERATIONS[kind]["name_key"]: name})
+        except BackendError as exc:
+            if exc.code in ("ValidationException", "ResourceNotFound") and _NOT_FOUND.search(str(exc)):
+                raise JobNotFound(kind, name) from exc
+            raise
+        response.pop("ResponseMetadata", None)
+        return response
+
+    def stop(self, kind: str, name: str) -> None:
+        """Stop*Job. A job already finished is left alone; a missing one raises JobNotFound."""
+        if status_of(kind, self.describe(kind, name)) in TERMINAL_STATES:
+            return
+        op = operation(kind, "stop")
+        try:
+            self._call(op, **{OPERATIONS[kind]["name_key"]: name})
+        except BackendError as exc:
+            # It finished between our Describe and the Stop: "... the training job is in status Completed."
+            if exc.code == "ValidationException" and "in status" in str(exc):
+                return
+            if exc.code in ("ValidationException", "ResourceNotFound") and _NOT_FOUND.search(str(exc)):
+                raise JobNotFound(kind, name) from exc
+            raise
+
+    def log_events(self, kind: str, name: str, cursor: Any = None) -> tuple[list[LogEvent], Any]:
+        """New CloudWatch events of all hosts (streams ``<name>/...``), merged by time.
+
+        ``cursor`` maps stream name -> the ``nextForwardToken`` to read that stream from next time; a
+        stream not in it is read from its head. Returns a new cursor; the given one is not modified.
+        No log group or no streams yet: ``([], cursor)``.
+        """
+        operation(kind, "describe")  # rejects an unknown kind
+        cursor = dict(cursor or {})
+        if kind == "tuning":
+            # A tuning job writes no logs of its own; its trials' logs are the training jobs' streams
+            # (/aws/sagemaker/TrainingJobs/<trial>/...). Reading them needs the trial names
+            # (ListTrainingJobsForHyperParameterTuningJob), which is left to a later version.
+            return [], cursor
+        group = OPERATIONS[kind]["log_group"]
+        try:
+            streams = self._log_streams(group, name)
+        except BackendError as exc:
+            if exc.code == "ResourceNotFoundException":  # the log group does not exist (yet)
+                return [], cursor
+            raise
+        events: list[tuple[int, int, LogEvent]] = []
+        for order, stream in enumerate(streams):
+            host = host_of_stream(name, stream)
+            try:
+                read = self._read_stream(group, stream, cursor)
+            except BackendError as exc:
+                if exc.code == "ResourceNotFoundException":  # the stream went away meanwhile
+                    continue
+                raise
+            events.extend((ts, order, LogEvent(timestamp=ts / 1000.0, host=host, message=msg)) for ts, msg in read)
+        # Merge all hosts by time (not stream after stream, the provider's async bug); equal timestamps keep
+        # stream order, and each stream keeps its own order (the sort is stable).
+        events.sort(key=lambda e: (e[0], e[1]))
+        return [e[2] for e in events], cursor
+
+    def _logs_call(self, op: str, **kwargs) -> dict[str, Any]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return getattr(self.logs_client, _snake(op))(**kwargs)
+        except ClientError as exc:
+            code, message = _client_error_parts(exc)
+            raise BackendError(message, code=code, operation=op) from exc
+        except BotoCoreError as exc:
+            raise BackendError(str(exc), code=type(exc).__name__, operation=op) from exc
+
+    def _log_streams(self, group: str, name: str) -> list[str]:
+        streams: list[str] = []
+        kwargs: dict[str, Any] = {"logGroupName": group, "logStreamNamePrefix": f"{name}/"}
+        while True:
+            page = self._logs_call("DescribeLogStreams", **kwargs)
+            streams.extend(s["logStreamName"] for s in page.get("logStreams", []))
+            token = page.get("nextToken")
+            if not token or token == kwargs.get("nextToken"):
+                return sorted(streams)
+            kwargs["nextToken"] = token
+
+    def _read_stream(self, group: str, stream: str, cursor: dict[str, str]) -> list[tuple[int, str]]:
+        """All events of ``stream`` after ``cursor[stream]`` as (epoch ms, message); updates
+        ``cursor[stream]`` once the whole read succeeded. CloudWatch marks the end of a stream by handing
+        back the token it was given."""
+        out: list[tuple[int, str]] = []
+        token = cursor.get(stream)
+        for _ in range(_MAX_PAGES_PER_STREAM):
+            kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
+            if token:
+                kwargs["nextToken"] = token
+            page = self._logs_call("GetLogEvents", **kwargs)
+            out.extend((e["timestamp"], e["message"]) for e in page.get("events", []))
+            new_token = page.get("nextForwardToken")
+            if not new_token or new_token == token:
+                break
+            token = new_token
+        if token:
+            cursor[stream] = token
+        return out
+
+    # ---- beyond the protocol ----------------------------------------------------------------------------
+    def list_jobs(
+        self, kind: str, *, name_contains: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """List*Jobs summaries (all pages), optionally filtered by name substring and status."""
+        op = operation(kind, "list")
+        # 100 a page (the service's default is 10): fewer calls against List* quotas as low as 2/s.
+        kwargs: dict[str, Any] = {"MaxResults": 100}
+        if name_contains:
+            kwargs["NameContains"] = name_contains
+        if status:
+            kwargs["StatusEquals"] = status
+        summaries: list[dict[str, Any]] = []
+        while True:
+            page = self._call(op, **kwargs)
+            summaries.extend(page.get(_SUMMARIES_KEY[kind], []))
+            token = page.get("NextToken")
+            if not token or token == kwargs.get("NextToken"):
+                return summaries
+            kwargs["NextToken"] = token
