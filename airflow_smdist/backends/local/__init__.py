@@ -1,7 +1,19 @@
-"""The ``local`` backend: runs SageMaker job requests on this machine, for real, without Docker."""
+"""The ``local`` backend: runs SageMaker job requests on this machine, for real, without Docker.
+
+One generic mechanism for every job kind: ``submit`` validates the request against botocore's model and
+against what the kind's module can run here, makes the job's directory (see :mod:`.store`), and starts the
+kind's supervisor detached (``python -m airflow_smdist.backends.local.<kind> <job dir>``). ``describe``
+answers from the job's request and state files in SageMaker's Describe* shape; ``stop`` asks the
+supervisor to stop; ``log_events`` reads every host's log stream.
+
+A job kind is a module of this package with ``OPERATION`` (the Create* name), ``check_request(request)``
+(raise SpecError for what cannot run locally), ``describe(backend, request, state)`` and a supervisor
+``main(argv)``; :data:`KIND_MODULES` names them.
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -12,52 +24,37 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_smdist.backends.base import TERMINAL_STATES, BackendError, JobNotFound, LogEvent
+from airflow_smdist.backends.base import OPERATIONS, TERMINAL_STATES, BackendError, JobNotFound, LogEvent
 from airflow_smdist.backends.local import launcher
 from airflow_smdist.backends.local.store import JobStore, pid_alive, read_json, write_json_atomic
-from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.validate import validate_request
 
 ACCOUNT = "000000000000"
+KIND_MODULES = {
+    "training": "airflow_smdist.backends.local.training",
+    "processing": "airflow_smdist.backends.local.processing",
+    "transform": "airflow_smdist.backends.local.transform",
+    "tuning": "airflow_smdist.backends.local.tuning",
+}
+ARN_RESOURCES = {"training": "training-job", "processing": "processing-job", "transform": "transform-job",
+                 "tuning": "hyper-parameter-tuning-job"}
 
 
-def _dt(epoch: float | None) -> datetime | None:
+def dt(epoch: float | None) -> datetime | None:
+    """Epoch seconds as the aware datetime boto3 returns."""
     return datetime.fromtimestamp(epoch, tz=timezone.utc) if epoch else None
 
 
-def check_runs_locally(request: dict) -> None:
-    """What the local backend cannot run, refused before anything is written, with the way out."""
-    spec = request["AlgorithmSpecification"]
-    hps = request.get("HyperParameters", {})
-    if spec.get("AlgorithmName"):
-        raise SpecError("AlgorithmSpecification.AlgorithmName", "marketplace/registered algorithms need SageMaker.",
-                        "use backend='sagemaker'.")
-    if "sagemaker_program" not in hps and not spec.get("ContainerEntrypoint"):
-        raise SpecError("AlgorithmSpecification.TrainingImage",
-                        f"{spec.get('TrainingImage')!r} runs its own container code, which needs Docker or SageMaker.",
-                        "run it with backend='sagemaker', or give entry_point=... (script mode) or "
-                        "ContainerEntrypoint so the local backend runs your code.")
-    modes = [spec.get("TrainingInputMode", "File")] + [c.get("InputMode") for c in request.get("InputDataConfig", [])]
-    if "Pipe" in modes:
-        raise SpecError("TrainingInputMode", "Pipe mode is not emulated by the local backend.",
-                        "use File or FastFile locally (both stage the channel as files).")
-    for key, what in (("sagemaker_parameter_server_enabled", "parameter_server"),
-                      ("sagemaker_pytorch_xla_multi_worker_enabled", "pytorchxla")):
-        if json.loads(hps.get(key, "false") or "false") is True:
-            raise SpecError(f"distribution.{what}", f"the {what} launcher is not run by the local backend.",
-                            "use torch_distributed, pytorchddp or mpi locally, or backend='sagemaker'.")
-    if "mp_parameters" in hps:
-        raise SpecError("distribution.smdistributed.modelparallel",
-                        "the SageMaker model parallel library needs GPUs and its container.",
-                        "use backend='sagemaker' for smdistributed modelparallel.")
-    cp = request.get("CheckpointConfig")
-    if cp and cp.get("LocalPath") and not cp["LocalPath"].rstrip("/").startswith("/opt/ml/"):
-        raise SpecError("CheckpointConfig.LocalPath", f"{cp['LocalPath']!r} is outside /opt/ml.",
-                        "keep checkpoints under /opt/ml (default /opt/ml/checkpoints).")
-    for ch in request.get("InputDataConfig", []):
-        if "S3DataSource" not in ch.get("DataSource", {}):
-            raise SpecError(f"InputDataConfig[{ch['ChannelName']}].DataSource",
-                            "only S3DataSource channels are staged locally.", "use an S3 (or file://) channel.")
+def transitions_of(state: dict) -> list[dict]:
+    """SecondaryStatusTransitions from the state's transitions."""
+    return [{k: v for k, v in {"Status": t["status"], "StartTime": dt(t["start"]), "EndTime": dt(t.get("end")),
+                               "StatusMessage": t.get("message")}.items() if v is not None}
+            for t in state.get("transitions", [])]
+
+
+def last_modified(state: dict) -> datetime | None:
+    times = [t.get("end") or t["start"] for t in state.get("transitions", [])] or [state.get("created")]
+    return dt(max(t for t in times if t))
 
 
 class LocalBackend:
@@ -69,42 +66,52 @@ class LocalBackend:
         self.region = region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.s3_endpoint_url = s3_endpoint_url
 
+    def kind_module(self, kind: str):
+        if kind not in KIND_MODULES:
+            raise ValueError(f"job kind {kind!r} is not one of {sorted(KIND_MODULES)}")
+        try:
+            return importlib.import_module(KIND_MODULES[kind])
+        except ModuleNotFoundError as e:
+            if e.name != KIND_MODULES[kind]:
+                raise
+            raise BackendError(f"the local backend does not run {kind} jobs yet; use backend='sagemaker'",
+                               code="NotImplemented", operation=OPERATIONS[kind]["create"]) from None
+
     # -- protocol --------------------------------------------------------------------------------
-    def submit(self, kind: str, request: dict[str, Any]) -> str:
-        if kind != "training":
-            raise BackendError(f"the local backend does not run {kind} jobs yet", code="NotImplemented")
-        validate_request("CreateTrainingJob", request, allow_local_uris=True)
-        check_runs_locally(request)
-        name = request["TrainingJobName"]
+    def submit(self, kind: str, request: dict[str, Any], *, parent: str | None = None) -> str:
+        module = self.kind_module(kind)
+        validate_request(module.OPERATION, request, allow_local_uris=True)
+        module.check_request(request)
+        name = request[OPERATIONS[kind]["name_key"]]
         isolation = launcher.isolation_mode()
         try:
             job_dir = self.store.create(kind, name)
         except FileExistsError:
             raise BackendError(f"Job name must be unique within an AWS account and region, and a job with this name "
                                f"already exists ({self.arn(kind, name)})", code="ValidationException",
-                               operation="CreateTrainingJob") from None
+                               operation=module.OPERATION) from None
         (job_dir / "logs").mkdir()
         write_json_atomic(job_dir / "request.json", request)
         block = self.store.allocate_block(f"{kind}/{name}")
         now = time.time()
-        write_json_atomic(job_dir / "state.json", {
-            "status": "InProgress", "secondary_status": "Starting", "created": now, "block": list(block),
-            "transitions": [{"status": "Starting", "start": now, "message": "Preparing the instances for training"}],
-            "region": self.region, "s3_endpoint_url": self.s3_endpoint_url, "isolation": isolation,
-        })
+        state = {"status": "InProgress", "secondary_status": "Starting", "created": now, "block": list(block),
+                 "transitions": [{"status": "Starting", "start": now, "message": "Preparing the instances"}],
+                 "region": self.region, "s3_endpoint_url": self.s3_endpoint_url, "isolation": isolation,
+                 "root": str(self.store.root)}
+        if parent:
+            state["parent"] = parent
+        write_json_atomic(job_dir / "state.json", state)
         with open(job_dir / "supervisor.log", "a") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "airflow_smdist.backends.local.training", str(job_dir)],
+            proc = subprocess.Popen([sys.executable, "-m", KIND_MODULES[kind], str(job_dir)],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=self._supervisor_env())
         (job_dir / "supervisor.pid").write_text(str(proc.pid))
         return name
 
     def describe(self, kind: str, name: str) -> dict[str, Any]:
-        if kind != "training":
-            raise JobNotFound(kind, name)
+        module = self.kind_module(kind)
         request = self.store.request(kind, name)
-        state = self._live_state(kind, name)
-        return self._describe_training(request, state)
+        return module.describe(self, request, self._live_state(kind, name))
 
     def stop(self, kind: str, name: str) -> None:
         state = self._live_state(kind, name)
@@ -137,11 +144,23 @@ class LocalBackend:
         events.sort(key=lambda e: (e.timestamp, e.host))
         return events, cursor
 
+    def list_jobs(self, kind: str, *, name_contains: str | None = None, status: str | None = None) -> list[dict]:
+        """Summaries of the local jobs of ``kind`` (ListTrainingJobs-like: name, status, times)."""
+        out = []
+        for name in self.store.list(kind):
+            if name_contains and name_contains not in name:
+                continue
+            st = self._live_state(kind, name)
+            if status and st["status"] != status:
+                continue
+            out.append({OPERATIONS[kind]["name_key"]: name, OPERATIONS[kind]["arn_key"]: self.arn(kind, name),
+                        OPERATIONS[kind]["status_key"]: st["status"], "CreationTime": dt(st.get("created")),
+                        "LastModifiedTime": last_modified(st)})
+        return out
+
     # -- helpers ---------------------------------------------------------------------------------
     def arn(self, kind: str, name: str) -> str:
-        res = {"training": "training-job", "processing": "processing-job", "transform": "transform-job",
-               "tuning": "hyper-parameter-tuning-job"}[kind]
-        return f"arn:aws:sagemaker:{self.region}:{ACCOUNT}:{res}/{name.lower()}"
+        return f"arn:aws:sagemaker:{self.region}:{ACCOUNT}:{ARN_RESOURCES[kind]}/{name.lower()}"
 
     def job_dir(self, kind: str, name: str) -> Path:
         return self.store.job_dir(kind, name)
@@ -170,7 +189,7 @@ class LocalBackend:
         if pid is not None and not pid_alive(pid):
             state = read_json(job_dir / "state.json")  # it may have finished just now
             if state["status"] not in TERMINAL_STATES:
-                for label, hpid in (state.get("host_pids") or {}).items():
+                for hpid in (state.get("host_pids") or {}).values():
                     launcher.end_tree(hpid, 2)
                 state.update(status="Failed", secondary_status="Failed", ended=time.time(),
                              failure_reason="InternalServerError: the local job supervisor exited unexpectedly "
@@ -180,48 +199,3 @@ class LocalBackend:
         elif (job_dir / "stop").exists() and state["status"] == "InProgress":
             state = dict(state, status="Stopping")
         return state
-
-    def _describe_training(self, request: dict, state: dict) -> dict[str, Any]:
-        name = request["TrainingJobName"]
-        d: dict[str, Any] = {
-            "TrainingJobName": name,
-            "TrainingJobArn": self.arn("training", name),
-            "TrainingJobStatus": state["status"],
-            "SecondaryStatus": state.get("secondary_status", "Starting"),
-            "AlgorithmSpecification": request["AlgorithmSpecification"],
-            "RoleArn": request.get("RoleArn"),
-            "HyperParameters": request.get("HyperParameters", {}),
-            "InputDataConfig": request.get("InputDataConfig", []),
-            "OutputDataConfig": request["OutputDataConfig"],
-            "ResourceConfig": request["ResourceConfig"],
-            "StoppingCondition": request.get("StoppingCondition", {}),
-            "CreationTime": _dt(state.get("created")),
-            "LastModifiedTime": _dt(max([t.get("end") or t["start"] for t in state.get("transitions", [])] or [state["created"]])),
-            "SecondaryStatusTransitions": [
-                {k: v for k, v in {"Status": t["status"], "StartTime": _dt(t["start"]), "EndTime": _dt(t.get("end")),
-                                   "StatusMessage": t.get("message")}.items() if v is not None}
-                for t in state.get("transitions", [])],
-            "EnableNetworkIsolation": bool(request.get("EnableNetworkIsolation", False)),
-            "EnableInterContainerTrafficEncryption": bool(request.get("EnableInterContainerTrafficEncryption", False)),
-            "EnableManagedSpotTraining": bool(request.get("EnableManagedSpotTraining", False)),
-        }
-        if state.get("started"):
-            d["TrainingStartTime"] = _dt(state["started"])
-        if state.get("ended"):
-            d["TrainingEndTime"] = _dt(state["ended"])
-            if state.get("started"):
-                seconds = int(state["ended"] - state["started"])
-                d["TrainingTimeInSeconds"] = seconds
-                hosts = len(state.get("hosts") or []) or 1
-                d["BillableTimeInSeconds"] = seconds * hosts
-        if state.get("failure_reason"):
-            d["FailureReason"] = state["failure_reason"]
-        if state.get("model_artifacts"):
-            d["ModelArtifacts"] = {"S3ModelArtifacts": state["model_artifacts"]}
-        if state.get("final_metrics"):
-            d["FinalMetricDataList"] = [{"MetricName": k, "Value": v[0], "Timestamp": _dt(v[1])}
-                                        for k, v in sorted(state["final_metrics"].items())]
-        for key in ("CheckpointConfig", "VpcConfig", "Environment", "RetryStrategy", "Tags"):
-            if request.get(key):
-                d[key] = request[key]
-        return d

@@ -13,32 +13,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
 
-from airflow_smdist.backends.local import contract, launcher
-from airflow_smdist.backends.local.metrics import MetricParser
-from airflow_smdist.backends.local.store import JobStore, read_json, write_json_atomic
-from airflow_smdist.storage import Storage, parse_uri, relative_key, safe_join
+from airflow_smdist.backends.local import contract, dt, last_modified, launcher, transitions_of
+from airflow_smdist.backends.local.store import write_json_atomic
+from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, free_port, shard
+from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.storage import relative_key, safe_join
 
-FAILURE_LIMIT = 1024
+OPERATION = "CreateTrainingJob"
 CHECKPOINT_DEFAULT = "/opt/ml/checkpoints"
-
-
-def stop_grace() -> float:
-    return float(os.environ.get("SMDIST_LOCAL_STOP_GRACE", "30"))
-
-
-def shard(objects: list, rank: int, n_hosts: int) -> list:
-    """ShardedByS3Key: keys sorted, key i to the host of rank i % n (SageMaker promises ~1/n per host)."""
-    ordered = sorted(objects, key=lambda o: o.key)
-    return [o for i, o in enumerate(ordered) if i % n_hosts == rank]
 
 
 def checkpoint_relpath(request: dict) -> str | None:
@@ -49,64 +38,14 @@ def checkpoint_relpath(request: dict) -> str | None:
     return os.path.relpath(local, "/opt/ml")
 
 
-def free_port(preferred: int) -> int:
-    """``preferred`` when nothing listens on it on any address, else a free port. torch's TCPStore binds
-    the port on every address, so two jobs at once cannot both have 7777 even with distinct masters."""
-    for port in (preferred, 0):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise RuntimeError("no free TCP port")
+class TrainingSupervisor(JobSupervisor):
+    kind = "training"
 
+    def metric_definitions(self) -> list[dict]:
+        return self.request["AlgorithmSpecification"].get("MetricDefinitions") or []
 
-class Supervisor:
-    def __init__(self, job_dir: Path) -> None:
-        self.dir = Path(job_dir)
-        self.store = JobStore(self.dir.parent.parent)
-        self.request = read_json(self.dir / "request.json")
-        self.name = self.request["TrainingJobName"]
-        self.state = read_json(self.dir / "state.json")
-        self.storage = Storage(endpoint_url=self.state.get("s3_endpoint_url"), region_name=self.state.get("region"))
-        self.metrics = MetricParser(self.request["AlgorithmSpecification"].get("MetricDefinitions"))
-        self.final_metrics: dict[str, list] = {}
-        self.metrics_lock = threading.Lock()
-        self.stop_requested = False
-        self.procs: dict[str, object] = {}
-        self.readers: list[threading.Thread] = []
-        self.log = open(self.dir / "supervisor.log", "a", buffering=1)
-
-    # -- state -----------------------------------------------------------------------------------
-    def save(self, **changes) -> None:
-        self.state.update(changes)
-        with self.metrics_lock:
-            self.state["final_metrics"] = dict(self.final_metrics)
-        write_json_atomic(self.dir / "state.json", self.state)
-
-    def secondary(self, status: str, message: str) -> None:
-        t = time.time()
-        transitions = self.state.setdefault("transitions", [])
-        if transitions and "end" not in transitions[-1]:
-            transitions[-1]["end"] = t
-        transitions.append({"status": status, "start": t, "message": message})
-        self.say(f"{status}: {message}")
-        self.save(secondary_status=status)
-
-    def say(self, message: str) -> None:
-        """A platform line in the job's log (the 'platform' stream), like SageMaker's own messages."""
-        line = json.dumps({"t": time.time(), "m": message})
-        with open(self.dir / "logs" / "platform.jsonl", "a") as f:
-            f.write(line + "\n")
-        self.log.write(f"{time.strftime('%H:%M:%S')} {message}\n")
-
-    def on_sigterm(self, _signum, _frame) -> None:
-        self.stop_requested = True
-
-    # -- staging ---------------------------------------------------------------------------------
-    def host_dir(self, host: contract.Host) -> Path:
-        return self.dir / "hosts" / host.label
+    def periodic(self) -> None:
+        self.sync_checkpoints(self.cluster)
 
     def stage(self, cluster: contract.Cluster) -> dict[str, list[str]]:
         req = self.request
@@ -161,19 +100,6 @@ class Supervisor:
                     self.storage.download(obj.uri, safe_join(cdir, relative_key(req["CheckpointConfig"]["S3Uri"], obj)))
         return channels_of
 
-    def manifest_objects(self, manifest_uri: str):
-        """ManifestFile: first entry {"prefix": ...}, then keys relative to it."""
-        entries = json.loads(self.storage.read_bytes(manifest_uri))
-        prefix = entries[0]["prefix"]
-        from airflow_smdist.storage import StoredObject
-
-        objs = []
-        for rel in entries[1:]:
-            uri = prefix.rstrip("/") + "/" + rel if not prefix.endswith("/") else prefix + rel
-            _s, _b, key = parse_uri(uri)
-            objs.append(StoredObject(uri, key, 0))
-        return prefix, objs
-
     def fetch_source(self) -> Path | None:
         hps = contract.decode_hyperparameters(self.request.get("HyperParameters", {}))
         submit = hps.get("sagemaker_submit_directory")
@@ -189,24 +115,6 @@ class Supervisor:
         return target
 
     # -- running ---------------------------------------------------------------------------------
-    def reader(self, host: contract.Host, stream) -> None:
-        path = self.dir / "logs" / f"{host.label}.jsonl"
-        with open(path, "a") as out:
-            for raw in iter(stream.readline, b""):
-                t = time.time()
-                line = raw.decode("utf-8", "replace").rstrip("\n")
-                out.write(json.dumps({"t": t, "m": line}) + "\n")
-                out.flush()
-                points = self.metrics.parse(line, t, host.label)
-                if points:
-                    with self.metrics_lock:
-                        with open(self.dir / "metrics.jsonl", "a") as mf:
-                            for p in points:
-                                self.final_metrics[p.name] = [p.value, p.timestamp]
-                                mf.write(json.dumps({"name": p.name, "value": p.value, "t": p.timestamp,
-                                                     "host": p.host}) + "\n")
-        stream.close()
-
     def launch(self, cluster: contract.Cluster, channels_of: dict, master_port: int, isolation: str) -> None:
         req = self.request
         hps = contract.decode_hyperparameters(req.get("HyperParameters", {}))
@@ -237,78 +145,8 @@ class Supervisor:
                 cmd = launcher.wrap_in_namespace(cmd, str(hd), cwd_inside)
             self.say(f"{host.label} ({host.address}, {host.instance_type}): {runner} runner, "
                      f"{nproc if runner in ('torchrun', 'mpi', 'smddp') else 1} process(es)")
-            import subprocess
-
-            proc = launcher.spawn(cmd, env=env, cwd=str(hd / "code"), stdout=subprocess.PIPE)
-            self.procs[host.label] = proc
-            t = threading.Thread(target=self.reader, args=(host, proc.stdout), daemon=True)
-            t.start()
-            self.readers.append(t)
+            self.start_host(host, cmd, env, str(hd / "code"))
         self.save(host_pids={label: p.pid for label, p in self.procs.items()})
-
-    def end_all(self, grace: float) -> None:
-        threads = [threading.Thread(target=launcher.end_tree, args=(p.pid, grace, p)) for p in self.procs.values()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def watch(self, cluster: contract.Cluster) -> tuple[str, str, str | None]:
-        """Wait for the hosts. Returns (status, secondary status, failure reason)."""
-        max_run = self.request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
-        started = time.time()
-        last_sync = time.time()
-        while True:
-            if self.stop_requested or (self.dir / "stop").exists():
-                self.save(status="Stopping")
-                self.secondary("Stopping", "Stopping the training job")
-                self.end_all(stop_grace())
-                return "Stopped", "Stopped", None
-            if max_run and time.time() - started > float(max_run):
-                self.secondary("Stopping", f"Job exceeded MaxRuntimeInSeconds={max_run}")
-                self.end_all(stop_grace())
-                return "Stopped", "MaxRuntimeExceeded", None
-            codes = {label: p.poll() for label, p in self.procs.items()}
-            failed = [(label, c) for label, c in codes.items() if c not in (None, 0)]
-            if failed:
-                label, code = failed[0]
-                host = next(h for h in cluster.hosts if h.label == label)
-                self.end_all(min(stop_grace(), 10))
-                return "Failed", "Failed", self.failure_reason(host, code)
-            if all(c == 0 for c in codes.values()):
-                # a host whose leader exited may leave processes behind: end them as the instance would
-                for p in self.procs.values():
-                    if launcher.tree(p.pid):
-                        launcher.end_tree(p.pid, 5)
-                return "Completed", "Completed", None
-            if time.time() - last_sync > float(os.environ.get("SMDIST_LOCAL_CHECKPOINT_SYNC", "5")):
-                self.sync_checkpoints(cluster)
-                last_sync = time.time()
-            time.sleep(0.2)
-
-    def failure_reason(self, host: contract.Host, code: int) -> str:
-        failure = self.host_dir(host) / "output" / "failure"
-        for h in [host] + [x for x in self.cluster.hosts if x is not host]:
-            f = self.host_dir(h) / "output" / "failure"
-            if f.exists() and f.read_text().strip():
-                failure = f
-                break
-        if failure.exists() and failure.read_text().strip():
-            text = failure.read_text()
-        else:
-            tail = []
-            path = self.dir / "logs" / f"{host.label}.jsonl"
-            for t in self.readers:
-                t.join(timeout=5)
-            if path.exists():
-                tail = [json.loads(x)["m"] for x in path.read_text().splitlines()[-200:]]
-            error_lines = [x for x in tail if x.strip()][-8:]
-            sig = f" (killed by signal {-code})" if code < 0 else ""
-            text = (f"ExecuteUserScriptError:\nExitCode {code}{sig}\nHost {host.label} ({host.address})\n"
-                    f"ErrorMessage \"{chr(10).join(error_lines)}\"")
-            failure.parent.mkdir(parents=True, exist_ok=True)
-            failure.write_text(text)  # as the training toolkit does when the user script fails
-        return ("AlgorithmError: " + text)[:FAILURE_LIMIT]
 
     # -- outputs ---------------------------------------------------------------------------------
     def sync_checkpoints(self, cluster: contract.Cluster) -> None:
@@ -412,9 +250,89 @@ class Supervisor:
         return 0 if status == "Completed" else 1
 
 
+def check_request(request: dict) -> None:
+    """What the local backend cannot run, refused before anything is written, with the way out."""
+    spec = request["AlgorithmSpecification"]
+    hps = request.get("HyperParameters", {})
+    if spec.get("AlgorithmName"):
+        raise SpecError("AlgorithmSpecification.AlgorithmName", "marketplace/registered algorithms need SageMaker.",
+                        "use backend='sagemaker'.")
+    if "sagemaker_program" not in hps and not spec.get("ContainerEntrypoint"):
+        raise SpecError("AlgorithmSpecification.TrainingImage",
+                        f"{spec.get('TrainingImage')!r} runs its own container code, which needs Docker or SageMaker.",
+                        "run it with backend='sagemaker', or give entry_point=... (script mode) or "
+                        "ContainerEntrypoint so the local backend runs your code.")
+    modes = [spec.get("TrainingInputMode", "File")] + [c.get("InputMode") for c in request.get("InputDataConfig", [])]
+    if "Pipe" in modes:
+        raise SpecError("TrainingInputMode", "Pipe mode is not emulated by the local backend.",
+                        "use File or FastFile locally (both stage the channel as files).")
+    for key, what in (("sagemaker_parameter_server_enabled", "parameter_server"),
+                      ("sagemaker_pytorch_xla_multi_worker_enabled", "pytorchxla")):
+        if json.loads(hps.get(key, "false") or "false") is True:
+            raise SpecError(f"distribution.{what}", f"the {what} launcher is not run by the local backend.",
+                            "use torch_distributed, pytorchddp or mpi locally, or backend='sagemaker'.")
+    if "mp_parameters" in hps:
+        raise SpecError("distribution.smdistributed.modelparallel",
+                        "the SageMaker model parallel library needs GPUs and its container.",
+                        "use backend='sagemaker' for smdistributed modelparallel.")
+    cp = request.get("CheckpointConfig")
+    if cp and cp.get("LocalPath") and not cp["LocalPath"].rstrip("/").startswith("/opt/ml/"):
+        raise SpecError("CheckpointConfig.LocalPath", f"{cp['LocalPath']!r} is outside /opt/ml.",
+                        "keep checkpoints under /opt/ml (default /opt/ml/checkpoints).")
+    for ch in request.get("InputDataConfig", []):
+        if "S3DataSource" not in ch.get("DataSource", {}):
+            raise SpecError(f"InputDataConfig[{ch['ChannelName']}].DataSource",
+                            "only S3DataSource channels are staged locally.", "use an S3 (or file://) channel.")
+
+
+
+def describe(backend, request: dict, state: dict) -> dict:
+    """DescribeTrainingJob's response for a local job."""
+    name = request["TrainingJobName"]
+    d: dict = {
+        "TrainingJobName": name,
+        "TrainingJobArn": backend.arn("training", name),
+        "TrainingJobStatus": state["status"],
+        "SecondaryStatus": state.get("secondary_status", "Starting"),
+        "AlgorithmSpecification": request["AlgorithmSpecification"],
+        "RoleArn": request.get("RoleArn"),
+        "HyperParameters": request.get("HyperParameters", {}),
+        "InputDataConfig": request.get("InputDataConfig", []),
+        "OutputDataConfig": request["OutputDataConfig"],
+        "ResourceConfig": request["ResourceConfig"],
+        "StoppingCondition": request.get("StoppingCondition", {}),
+        "CreationTime": dt(state.get("created")),
+        "LastModifiedTime": last_modified(state),
+        "SecondaryStatusTransitions": transitions_of(state),
+        "EnableNetworkIsolation": bool(request.get("EnableNetworkIsolation", False)),
+        "EnableInterContainerTrafficEncryption": bool(request.get("EnableInterContainerTrafficEncryption", False)),
+        "EnableManagedSpotTraining": bool(request.get("EnableManagedSpotTraining", False)),
+    }
+    if state.get("started"):
+        d["TrainingStartTime"] = dt(state["started"])
+    if state.get("ended"):
+        d["TrainingEndTime"] = dt(state["ended"])
+        if state.get("started"):
+            seconds = int(state["ended"] - state["started"])
+            d["TrainingTimeInSeconds"] = seconds
+            hosts = len(state.get("hosts") or []) or 1
+            d["BillableTimeInSeconds"] = seconds * hosts
+    if state.get("failure_reason"):
+        d["FailureReason"] = state["failure_reason"]
+    if state.get("model_artifacts"):
+        d["ModelArtifacts"] = {"S3ModelArtifacts": state["model_artifacts"]}
+    if state.get("final_metrics"):
+        d["FinalMetricDataList"] = [{"MetricName": k, "Value": v[0], "Timestamp": dt(v[1])}
+                                    for k, v in sorted(state["final_metrics"].items())]
+    for key in ("CheckpointConfig", "VpcConfig", "Environment", "RetryStrategy", "Tags"):
+        if request.get(key):
+            d[key] = request[key]
+    return d
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    return Supervisor(Path(argv[0])).run()
+    return TrainingSupervisor(Path(argv[0])).run()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,211 @@
+"""What every local job supervisor does, whatever the job kind.
+
+A supervisor runs detached (its own session) for one job: it keeps the job's ``state.json`` (status,
+secondary status transitions, failure reason, metrics), writes the platform's own log lines, streams
+every simulated host's output into ``logs/<host>.jsonl`` (and through MetricDefinitions regexes), and ends
+every process of the job on stop, on MaxRuntimeInSeconds, or when one host fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+from airflow_smdist.backends.base import OPERATIONS
+from airflow_smdist.backends.local import contract, launcher
+from airflow_smdist.backends.local.metrics import MetricParser
+from airflow_smdist.backends.local.store import JobStore, read_json, write_json_atomic
+from airflow_smdist.storage import Storage, StoredObject, parse_uri
+
+FAILURE_LIMIT = 1024
+
+
+def stop_grace() -> float:
+    return float(os.environ.get("SMDIST_LOCAL_STOP_GRACE", "30"))
+
+
+def shard(objects: list, rank: int, n_hosts: int) -> list:
+    """ShardedByS3Key: keys sorted, key i to the host of rank i % n (SageMaker promises ~1/n per host)."""
+    ordered = sorted(objects, key=lambda o: o.key)
+    return [o for i, o in enumerate(ordered) if i % n_hosts == rank]
+
+
+def free_port(preferred: int) -> int:
+    """``preferred`` when nothing listens on it on any address, else a free port. torch's TCPStore binds
+    the port on every address, so two jobs at once cannot both have 7777 even with distinct masters."""
+    for port in (preferred, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free TCP port")
+
+
+class JobSupervisor:
+    """Base of the per-kind supervisors. ``kind`` names the job kind; subclasses implement ``run``."""
+
+    kind = "training"
+
+    def __init__(self, job_dir: Path) -> None:
+        self.dir = Path(job_dir)
+        self.store = JobStore(self.dir.parent.parent)
+        self.request = read_json(self.dir / "request.json")
+        self.name = self.request[OPERATIONS[self.kind]["name_key"]]
+        self.state = read_json(self.dir / "state.json")
+        self.storage = Storage(endpoint_url=self.state.get("s3_endpoint_url"), region_name=self.state.get("region"))
+        self.metrics = MetricParser(self.metric_definitions())
+        self.final_metrics: dict[str, list] = {}
+        self.metrics_lock = threading.Lock()
+        self.stop_requested = False
+        self.procs: dict[str, object] = {}
+        self.readers: list[threading.Thread] = []
+        self.log = open(self.dir / "supervisor.log", "a", buffering=1)
+
+    # -- state -----------------------------------------------------------------------------------
+    def save(self, **changes) -> None:
+        self.state.update(changes)
+        with self.metrics_lock:
+            self.state["final_metrics"] = dict(self.final_metrics)
+        write_json_atomic(self.dir / "state.json", self.state)
+
+    def secondary(self, status: str, message: str) -> None:
+        t = time.time()
+        transitions = self.state.setdefault("transitions", [])
+        if transitions and "end" not in transitions[-1]:
+            transitions[-1]["end"] = t
+        transitions.append({"status": status, "start": t, "message": message})
+        self.say(f"{status}: {message}")
+        self.save(secondary_status=status)
+
+    def say(self, message: str) -> None:
+        """A platform line in the job's log (the 'platform' stream), like SageMaker's own messages."""
+        line = json.dumps({"t": time.time(), "m": message})
+        with open(self.dir / "logs" / "platform.jsonl", "a") as f:
+            f.write(line + "\n")
+        self.log.write(f"{time.strftime('%H:%M:%S')} {message}\n")
+
+    def on_sigterm(self, _signum, _frame) -> None:
+        self.stop_requested = True
+
+    # -- staging ---------------------------------------------------------------------------------
+    def host_dir(self, host: contract.Host) -> Path:
+        return self.dir / "hosts" / host.label
+
+    def metric_definitions(self) -> list[dict]:
+        return []
+
+    def manifest_objects(self, manifest_uri: str):
+        """ManifestFile: first entry {"prefix": ...}, then keys relative to it."""
+        entries = json.loads(self.storage.read_bytes(manifest_uri))
+        prefix = entries[0]["prefix"]
+        objs = []
+        for rel in entries[1:]:
+            uri = prefix.rstrip("/") + "/" + rel if not prefix.endswith("/") else prefix + rel
+            _s, _b, key = parse_uri(uri)
+            objs.append(StoredObject(uri, key, 0))
+        return prefix, objs
+
+    def reader(self, host: contract.Host, stream) -> None:
+        path = self.dir / "logs" / f"{host.label}.jsonl"
+        with open(path, "a") as out:
+            for raw in iter(stream.readline, b""):
+                t = time.time()
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                out.write(json.dumps({"t": t, "m": line}) + "\n")
+                out.flush()
+                points = self.metrics.parse(line, t, host.label)
+                if points:
+                    with self.metrics_lock:
+                        with open(self.dir / "metrics.jsonl", "a") as mf:
+                            for p in points:
+                                self.final_metrics[p.name] = [p.value, p.timestamp]
+                                mf.write(json.dumps({"name": p.name, "value": p.value, "t": p.timestamp,
+                                                     "host": p.host}) + "\n")
+        stream.close()
+
+    def start_host(self, host: contract.Host, cmd: list[str], env: dict, cwd: str) -> None:
+        """Start one host's process tree with its output streamed into its log."""
+        import subprocess
+
+        proc = launcher.spawn(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE)
+        self.procs[host.label] = proc
+        t = threading.Thread(target=self.reader, args=(host, proc.stdout), daemon=True)
+        t.start()
+        self.readers.append(t)
+
+    def max_runtime(self) -> float | None:
+        value = (self.request.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds")
+        return float(value) if value else None
+
+    def periodic(self) -> None:
+        """Called about every few seconds while hosts run (checkpoint sync, ...)."""
+
+    def end_all(self, grace: float) -> None:
+        threads = [threading.Thread(target=launcher.end_tree, args=(p.pid, grace, p)) for p in self.procs.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def watch(self, cluster: contract.Cluster) -> tuple[str, str, str | None]:
+        """Wait for the hosts. Returns (status, secondary status, failure reason)."""
+        max_run = self.max_runtime()
+        started = time.time()
+        last_sync = time.time()
+        while True:
+            if self.stop_requested or (self.dir / "stop").exists():
+                self.save(status="Stopping")
+                self.secondary("Stopping", f"Stopping the {self.kind} job")
+                self.end_all(stop_grace())
+                return "Stopped", "Stopped", None
+            if max_run and time.time() - started > float(max_run):
+                self.secondary("Stopping", f"Job exceeded MaxRuntimeInSeconds={max_run}")
+                self.end_all(stop_grace())
+                return "Stopped", "MaxRuntimeExceeded", None
+            codes = {label: p.poll() for label, p in self.procs.items()}
+            failed = [(label, c) for label, c in codes.items() if c not in (None, 0)]
+            if failed:
+                label, code = failed[0]
+                host = next(h for h in cluster.hosts if h.label == label)
+                self.end_all(min(stop_grace(), 10))
+                return "Failed", "Failed", self.failure_reason(host, code)
+            if all(c == 0 for c in codes.values()):
+                # a host whose leader exited may leave processes behind: end them as the instance would
+                for p in self.procs.values():
+                    if launcher.tree(p.pid):
+                        launcher.end_tree(p.pid, 5)
+                return "Completed", "Completed", None
+            if time.time() - last_sync > float(os.environ.get("SMDIST_LOCAL_CHECKPOINT_SYNC", "5")):
+                self.periodic()
+                last_sync = time.time()
+            time.sleep(0.2)
+
+    def failure_reason(self, host: contract.Host, code: int) -> str:
+        failure = self.host_dir(host) / "output" / "failure"
+        for h in [host] + [x for x in self.cluster.hosts if x is not host]:
+            f = self.host_dir(h) / "output" / "failure"
+            if f.exists() and f.read_text().strip():
+                failure = f
+                break
+        if failure.exists() and failure.read_text().strip():
+            text = failure.read_text()
+        else:
+            tail = []
+            path = self.dir / "logs" / f"{host.label}.jsonl"
+            for t in self.readers:
+                t.join(timeout=5)
+            if path.exists():
+                tail = [json.loads(x)["m"] for x in path.read_text().splitlines()[-200:]]
+            error_lines = [x for x in tail if x.strip()][-8:]
+            sig = f" (killed by signal {-code})" if code < 0 else ""
+            text = (f"ExecuteUserScriptError:\nExitCode {code}{sig}\nHost {host.label} ({host.address})\n"
+                    f"ErrorMessage \"{chr(10).join(error_lines)}\"")
+            failure.parent.mkdir(parents=True, exist_ok=True)
+            failure.write_text(text)  # as the training toolkit does when the user script fails
+        return ("AlgorithmError: " + text)[:FAILURE_LIMIT]
