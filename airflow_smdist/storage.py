@@ -98,18 +98,26 @@ class Storage:
                         continue  # "folder" placeholder objects
                     out.append(StoredObject(f"s3://{bucket}/{obj['Key']}", obj["Key"], obj["Size"]))
             return sorted(out, key=lambda o: o.key)
-        path = Path(key)
-        if path.is_file():
-            return [StoredObject(prefix_uri, str(path), path.stat().st_size)]
-        base = path if path.is_dir() else path.parent
+        # file:// follows S3's string-prefix semantics too, so a DAG sees the same objects on both
+        # backends (file:///data/train also matches /data/train2/...); only matching entries are walked
+        if key.endswith("/"):
+            base, starts = Path(key), ""
+        else:
+            base, starts = Path(key).parent, Path(key).name
         if not base.is_dir():
             return []
         out = []
-        for dirpath, _dirs, files in os.walk(base):
-            for f in files:
-                p = os.path.join(dirpath, f)
-                if p.startswith(key):
-                    out.append(StoredObject("file://" + p, p, os.path.getsize(p)))
+        for entry in sorted(os.listdir(base)):
+            if not entry.startswith(starts):
+                continue
+            top = os.path.join(base, entry)
+            if os.path.isfile(top):
+                out.append(StoredObject("file://" + top, top, os.path.getsize(top)))
+                continue
+            for dirpath, _dirs, files in os.walk(top):
+                for f in files:
+                    full = os.path.join(dirpath, f)
+                    out.append(StoredObject("file://" + full, full, os.path.getsize(full)))
         return sorted(out, key=lambda o: o.key)
 
     def exists(self, uri: str) -> bool:

@@ -29,7 +29,7 @@ def stable_job_name(prefix: str, dag_id: str, task_id: str, run_id: str, map_ind
     SageMaker job names are unique per account and region and jobs cannot be deleted, so a retry must
     find the job its earlier try started rather than start a second one."""
     digest = hashlib.sha1(f"{dag_id}\x00{task_id}\x00{run_id}\x00{map_index}".encode()).hexdigest()[:10]
-    head = _slug(f"{prefix}-{task_id}")[: limit - len(digest) - 4]  # room for "-r99" attempt suffixes
+    head = _slug(f"{prefix}-{task_id}")[: limit - len(digest) - 1 - 4]  # room for "-" and "-r30" suffixes
     return f"{head.rstrip('-')}-{digest}"
 
 
