@@ -29,8 +29,16 @@ __all__ = [
     "BaseOperatorLink",
     "BaseSensorOperator",
     "PokeReturnValue",
+    "default_deferrable",
     "get_connection_extra",
 ]
+
+
+def default_deferrable() -> bool:
+    """``[operators] default_deferrable``, as Airflow's own deferrable operators read it."""
+    from airflow.configuration import conf
+
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
 def get_connection_extra(conn_id: str | None) -> dict:

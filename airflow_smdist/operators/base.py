@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
-from airflow_smdist._compat import AirflowException, BaseOperator
+from airflow_smdist._compat import AirflowException, BaseOperator, default_deferrable
 from airflow_smdist.backends.base import OPERATIONS, RUNNING_STATES, TERMINAL_STATES, JobNotFound
 
 if TYPE_CHECKING:
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 
 NAME_LIMIT = 63
 MAX_ATTEMPT_NAMES = 30
+#: added to a job's own time limits (StoppingCondition) to bound a deferred wait: uploads, queueing
+DEFERRAL_MARGIN_SECONDS = 3600
 
 
 def _slug(text: str) -> str:
@@ -38,13 +41,16 @@ class SmdistJobOperator(BaseOperator):
 
     kind: ClassVar[str] = "training"
     name_prefix: ClassVar[str] = "smdist"
+    trigger_class: ClassVar[str] = "airflow_smdist.triggers.base.SmdistJobTrigger"
     ui_color = "#b6d7a8"
 
     def __init__(self, *, job_name: str | None = None, backend: str | None = None,
                  smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
                  region_name: str | None = None, wait_for_completion: bool = True, poll_interval: float = 10,
-                 print_logs: bool = True, stop_on_kill: bool = True, **kwargs: Any) -> None:
+                 print_logs: bool = True, stop_on_kill: bool = True, deferrable: bool | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
         self.job_name = job_name
         self.backend = backend
         self.smdist_conn_id = smdist_conn_id
@@ -122,9 +128,63 @@ class SmdistJobOperator(BaseOperator):
             self.persist_links(context, name)
         if not self.wait_for_completion:
             return self.result(backend.describe(self.kind, name))
+        if self.deferrable:
+            description = backend.describe(self.kind, name)
+            if description[OPERATIONS[self.kind]["status_key"]] in TERMINAL_STATES:  # done before we deferred
+                return self.check_and_result(description)
+            self.defer(trigger=self.make_trigger(backend, name), method_name="execute_complete",
+                       timeout=self.deferral_timeout(description))
         description = self.wait(backend, name)
         self._running_job = None
         return self.check_and_result(description)
+
+    # -- deferral ----------------------------------------------------------------------------------
+    def make_trigger(self, backend: Backend, name: str):
+        import importlib
+
+        module, _, cls = self.trigger_class.rpartition(".")
+        trigger = getattr(importlib.import_module(module), cls)
+        return trigger(job_name=name, backend=backend.name, smdist_conn_id=self.smdist_conn_id,
+                       aws_conn_id=self.aws_conn_id, region_name=self.region_name, poll_interval=self.poll_interval,
+                       print_logs=self.print_logs, kind=self.kind)
+
+    def deferral_timeout(self, description: dict[str, Any]) -> timedelta | None:
+        """The job's own limits plus a margin (not a fixed count of polls); None when the task's
+        execution_timeout already bounds it."""
+        if self.execution_timeout is not None:
+            return None
+        stopping = description.get("StoppingCondition") or {}
+        limit = max(int(stopping.get("MaxRuntimeInSeconds") or 0), int(stopping.get("MaxWaitTimeInSeconds") or 0))
+        if not limit:
+            limit = int((description.get("HyperParameterTuningJobConfig", {}).get("ResourceLimits") or {})
+                        .get("MaxRuntimeInSeconds") or 0)
+        return timedelta(seconds=(limit or 86400) + DEFERRAL_MARGIN_SECONDS)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """Back from the trigger: the same result (or error) as the non-deferred path."""
+        backend = self.get_backend()
+        name = event["job_name"]
+        try:
+            description = backend.describe(self.kind, name)
+        except JobNotFound:
+            raise AirflowException(f"{self.kind} job {name}: {event.get('failure_reason')}") from None
+        if self.print_logs and description[OPERATIONS[self.kind]["status_key"]] != "Completed":
+            events, _ = backend.log_events(self.kind, name)
+            self._last_lines = [e.format() for e in events][-20:]
+        return self.check_and_result(description)
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any):
+        """A deferred wait that timed out must not leave the job running (and billing): stop it first."""
+        if next_method == "__fail__" and self.stop_on_kill:
+            try:
+                backend = self.get_backend()
+                name, action = self.choose_job(backend, self.base_job_name(context))
+                if action == "reattach-running":
+                    self._running_job = name
+                    self.on_kill()
+            except Exception as exc:  # noqa: BLE001 - the original failure is what the task reports
+                self.log.warning("could not stop the job after the deferral failed: %s", exc)
+        return super().resume_execution(next_method, next_kwargs, context)
 
     def wait(self, backend: Backend, name: str) -> dict[str, Any]:
         status_key = OPERATIONS[self.kind]["status_key"]

@@ -82,6 +82,9 @@ def test_main_example_dag_runs_end_to_end_on_the_local_backend(tmp_path):
     assert "DagRun Finished" in log and "state=success" in log, log[-3000:]
     # both simulated hosts trained, the model artifact landed, metrics reached XCom
     assert "[algo-1] rank 0/2" in log and "[algo-2] rank 1/2" in log
+    assert "[algo-1] rank 0: all-reduce check passed (sum 3 over world size 2)" in log
+    assert "[algo-2] rank 1: all-reduce check passed (sum 3 over world size 2)" in log
     artifacts = list((tmp_path / "airflow" / "smdist-data" / "output").glob("smdist-train-*/output/model.tar.gz"))
     assert len(artifacts) == 1
     assert "train:loss" in log
+    assert "'train:loss':" in log  # the report task printed final_metrics from the training task's XCom

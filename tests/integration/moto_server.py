@@ -25,6 +25,8 @@ when a ``MotoServer`` starts):
 * ``set_job_status`` / ``set_training_job_status`` drive a job's state directly in moto's backend
   (``moto.sagemaker.models.sagemaker_backends[account][region]``), for tests needing InProgress or Failed.
 * moto makes no log streams; ``seed_log_stream`` writes one through the real Logs API on the server.
+* moto's List* time filters (``LastModifiedTimeAfter``, ...) arrive over the JSON protocol as epoch numbers
+  and moto compares them with datetimes (a 500); ``_get_param`` hands moto datetimes for them.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ _installed = False
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    # naive UTC, as moto's own objects hold their times (moto.core.utils.utcnow): the two must compare
+    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def sagemaker_backend(account_id: str = ACCOUNT_ID, region: str = REGION):
@@ -157,6 +160,10 @@ def _advance_stops(backend, kind: str) -> None:
             _append_transition(job, "Stopped", "The job was stopped")
 
 
+_TIME_FILTERS = frozenset({"CreationTimeAfter", "CreationTimeBefore", "LastModifiedTimeAfter",
+                           "LastModifiedTimeBefore"})
+
+
 def install_sagemaker_extensions() -> None:
     """Add the missing Stop* handlers and the fidelity fixes to moto's SageMakerResponse (idempotent)."""
     global _installed
@@ -205,6 +212,18 @@ def install_sagemaker_extensions() -> None:
 
         handler.__name__ = original.__name__
         return handler
+
+    # List*(CreationTimeAfter=..., LastModifiedTimeAfter=...): over the JSON protocol these arrive as epoch
+    # numbers, which moto compares with its datetimes and fails (TypeError, a 500). Give moto datetimes.
+    original_get_param = SageMakerResponse._get_param
+
+    def get_param(self, param_name, if_none=None):
+        value = original_get_param(self, param_name, if_none)
+        if param_name in _TIME_FILTERS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value, tz=timezone.utc).replace(tzinfo=None)
+        return value
+
+    SageMakerResponse._get_param = get_param
 
     for kind in _KINDS:
         stop = make_stop(kind)

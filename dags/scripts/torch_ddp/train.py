@@ -41,6 +41,12 @@ def main():
     dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
+    # every rank contributes rank + 1: the sum proves all ranks joined one process group
+    check = torch.tensor([float(rank + 1)])
+    dist.all_reduce(check)
+    if check.item() != world * (world + 1) / 2:
+        raise RuntimeError(f"all-reduce gave {check.item()}, expected {world * (world + 1) / 2}")
+    print(f"rank {rank}: all-reduce check passed (sum {check.item():.0f} over world size {world})", flush=True)
     x, y = load(args.train)
     print(f"rank {rank}/{world} on {os.environ.get('SM_CURRENT_HOST')}: {len(x)} rows in its shard", flush=True)
     # ranks agree on the number of steps per epoch (shards may differ by one object)
