@@ -31,7 +31,20 @@ __all__ = [
     "PokeReturnValue",
     "default_deferrable",
     "get_connection_extra",
+    "mask_secret",
 ]
+
+
+def mask_secret(value) -> None:
+    """Register ``value`` with Airflow's secrets masker so task logs show *** instead."""
+    try:
+        from airflow.sdk.log import mask_secret as _mask
+    except ImportError:
+        try:
+            from airflow.sdk.execution_time.secrets_masker import mask_secret as _mask
+        except ImportError:  # Airflow 2
+            from airflow.utils.log.secrets_masker import mask_secret as _mask
+    _mask(value)
 
 
 def default_deferrable() -> bool:

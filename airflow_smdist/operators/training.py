@@ -59,8 +59,10 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
                  subnets: list[str] | None = None, security_group_ids: list[str] | None = None,
                  enable_network_isolation: bool = False, encrypt_inter_container_traffic: bool = False,
                  instance_groups: list[dict] | None = None, lr_scaling: dict[str, Any] | None = None,
-                 tags: dict[str, str] | None = None, **kwargs: Any) -> None:
+                 tags: dict[str, str] | None = None, secret_hyperparameters: list[str] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.secret_hyperparameters = list(secret_hyperparameters or [])
         self.output_path = output_path
         self.role = role
         self.entry_point = entry_point
@@ -113,6 +115,28 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             if handler:
                 spec_log.removeHandler(handler)
 
+    def mask_secrets(self) -> None:
+        """Values of ``secret_hyperparameters`` never reach task logs (masked) or XCom (replaced by ***).
+        SageMaker itself stores hyperparameters in the job's description: prefer passing secrets through
+        Secrets Manager and an environment variable naming the secret."""
+        from airflow_smdist._compat import mask_secret
+
+        for name in self.secret_hyperparameters:
+            value = (self.hyperparameters or {}).get(name)
+            if value not in (None, ""):
+                mask_secret(str(value))
+                import json as _json
+
+                mask_secret(_json.dumps(value))  # as it appears JSON-encoded in the request
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        self.mask_secrets()
+        return super().execute(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        self.mask_secrets()
+        return super().execute_complete(context, event)
+
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
         self._plan = plan = self.plan(job_name, backend_name)
         if plan.source_dir:
@@ -131,7 +155,38 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             link.persist(context=context, operator=self, region_name=region, aws_partition="aws", job_name=job_name)
 
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
-        return training_result(description, self.get_backend().name, self._plan)
+        out = training_result(description, self.get_backend().name, self._plan)
+        for name in self.secret_hyperparameters:
+            if name in out["hyperparameters"]:
+                out["hyperparameters"][name] = "***"
+        self._last_description = description
+        return out
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any):
+        """Inputs: the channels' S3 prefixes; output: the model artifact (OpenLineage provider if installed)."""
+        description = getattr(self, "_last_description", None)
+        if not description:
+            return None
+        try:
+            from airflow.providers.openlineage.extractors import OperatorLineage
+        except ImportError:
+            return None
+        inputs = [ch["DataSource"]["S3DataSource"]["S3Uri"] for ch in description.get("InputDataConfig", [])
+                  if "S3DataSource" in ch.get("DataSource", {})]
+        model = (description.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
+        return OperatorLineage(inputs=[lineage_dataset(u) for u in inputs],
+                               outputs=[lineage_dataset(model)] if model else [])
+
+
+def lineage_dataset(uri: str):
+    """An OpenLineage dataset for an s3:// or file:// URI (namespace: scheme + bucket, name: key)."""
+    from airflow.providers.common.compat.openlineage.facet import Dataset
+
+    scheme, _, rest = uri.partition("://")
+    bucket, _, key = rest.partition("/")
+    if scheme == "file":
+        return Dataset(namespace="file", name="/" + rest.lstrip("/"))
+    return Dataset(namespace=f"{scheme}://{bucket}", name=key or "/")
 
 
 def training_result(description: dict[str, Any], backend_name: str, plan: Any = None) -> dict[str, Any]:

@@ -1,0 +1,151 @@
+"""Faults that must be survived: throttling storms, timeouts that must stop the job, secrets, lineage,
+heterogeneous clusters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import moto_throttle  # noqa: E402
+
+from airflow_smdist.backends.local import LocalBackend  # noqa: E402
+from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator  # noqa: E402
+from airflow_smdist.specs.training import training_request  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONTRACT = os.path.join(REPO, "tests", "fixtures", "contract")
+
+
+def req(name):
+    return training_request(job_name=name, role="arn:aws:iam::123456789012:role/R", output_path="s3://b/out",
+                            image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1", instance_type="ml.m5.xlarge")
+
+
+def test_throttling_storm_on_create_and_describe_is_survived_with_bounded_calls(moto_server):
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+
+    backend = SageMakerBackend("aws_default", "us-east-1")
+    moto_throttle.reset()
+    name = f"storm-{uuid.uuid4().hex[:8]}"
+    moto_throttle.throttle("CreateTrainingJob", 3)
+    moto_throttle.throttle("DescribeTrainingJob", 4)
+    assert backend.submit("training", req(name)) == name
+    assert backend.describe("training", name)["TrainingJobStatus"] == "Completed"
+    assert moto_throttle.calls["CreateTrainingJob"] == 4  # 3 throttled + 1, no duplicate job
+    assert moto_throttle.calls["DescribeTrainingJob"] == 5
+    assert len(backend.list_jobs("training", name_contains=name)) == 1
+
+
+def test_trigger_polling_outlasts_a_storm_longer_than_botocores_retries(moto_server, monkeypatch):
+    from moto_server import set_training_job_status
+
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+    from airflow_smdist.triggers import base
+
+    monkeypatch.setattr(base, "MAX_BACKOFF_SECONDS", 0.05)
+    backend = SageMakerBackend("aws_default", "us-east-1")
+    name = f"storm-{uuid.uuid4().hex[:8]}"
+    backend.submit("training", req(name))
+    set_training_job_status(name, "InProgress")
+    moto_throttle.reset()
+
+    async def scenario():
+        source = base.SageMakerStatusSource("aws_default", "us-east-1")
+        poller = base.CoalescedPoller(source, "training", 0.1)
+        queue = poller.watch(name)
+        first = await queue.get()
+        moto_throttle.throttle("ListTrainingJobs", 25)  # more than any botocore retry budget
+        set_training_job_status(name, "Completed")
+        done = await asyncio.wait_for(queue.get(), 60)
+        poller.unwatch(name, queue)
+        return first, done, dict(source.calls)
+
+    first, done, calls = asyncio.run(scenario())
+    assert not isinstance(done, Exception), done
+    assert first["TrainingJobStatus"] == "InProgress" and done["TrainingJobStatus"] == "Completed"
+    assert moto_throttle.calls["ListTrainingJobs"] >= 26
+    assert calls.get("throttled", 0) >= 1  # our backoff took over where botocore's retries ended
+    assert moto_throttle.calls["DescribeTrainingJob"] <= 3  # first sight + the change (no per-poll Describe)
+
+
+def _ctx(run_id):
+    return {"ti": SimpleNamespace(dag_id="d", task_id="train", map_index=-1), "run_id": run_id}
+
+
+def _operator(tmp_path, **kw):
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    (data / "a.csv").write_text("1\n")
+    args = dict(task_id="train", entry_point="dump_env.py", source_dir=CONTRACT,
+                image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1", inputs={"train": f"file://{data}"},
+                output_path=f"file://{tmp_path}/out", environment={"SMDIST_REPO": REPO}, poll_interval=0.3)
+    args.update(kw)
+    return SageMakerDistributedTrainingOperator(**args)
+
+
+def test_a_deferral_that_times_out_stops_the_job(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    op = _operator(tmp_path, hyperparameters={"sleep": 300}, deferrable=True)
+    ctx = _ctx(uuid.uuid4().hex)
+    with pytest.raises(BaseException) as deferred:  # TaskDeferred (a BaseException on Airflow 3)
+        op.execute(ctx)
+    assert type(deferred.value).__name__ == "TaskDeferred"
+    name = deferred.value.trigger.job_name
+    backend = LocalBackend(tmp_path / "jobs")
+    deadline = time.time() + 60
+    while backend.describe("training", name)["SecondaryStatus"] != "Training":
+        assert time.time() < deadline
+        time.sleep(0.2)
+    # the triggerer gave up (deferral timeout): Airflow resumes the task with __fail__
+    with pytest.raises(Exception) as failed:
+        _operator(tmp_path, hyperparameters={"sleep": 300}, deferrable=True).resume_execution(
+            "__fail__", {"error": "Trigger timeout"}, ctx)
+    assert "timeout" in str(failed.value).lower() or "Timeout" in type(failed.value).__name__
+    assert backend.describe("training", name)["TrainingJobStatus"] == "Stopped"
+
+
+def test_secret_hyperparameters_stay_out_of_logs_and_xcom(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    op = _operator(tmp_path, hyperparameters={"api_token": secret, "epochs": 1}, secret_hyperparameters=["api_token"])
+    result = op.execute(_ctx(uuid.uuid4().hex))
+    assert result["hyperparameters"] == {"api_token": "***", "epochs": 1}
+    assert secret not in json.dumps(result)
+    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+
+    if AIRFLOW_V_3_0_PLUS:
+        try:
+            from airflow.sdk._shared.secrets_masker import _secrets_masker
+        except ImportError:
+            from airflow.sdk.execution_time.secrets_masker import _secrets_masker
+    else:
+        from airflow.utils.log.secrets_masker import _secrets_masker
+    masker = _secrets_masker()
+    assert masker.redact(f"argv: --api_token {secret}") == "argv: --api_token ***"
+
+
+def test_lineage_and_heterogeneous_cluster_on_the_local_backend(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    op = _operator(tmp_path, instance_type=None, instance_count=None, instance_groups=[
+        {"instance_group_name": "cpu", "instance_type": "ml.c5.xlarge", "instance_count": 2},
+        {"instance_group_name": "big", "instance_type": "ml.m5.4xlarge", "instance_count": 1}])
+    result = op.execute(_ctx(uuid.uuid4().hex))
+    assert result["status"] == "Completed" and result["instance_count"] is None
+    assert result["instance_groups"] == [{"name": "cpu", "instance_type": "ml.c5.xlarge", "instance_count": 2},
+                                         {"name": "big", "instance_type": "ml.m5.4xlarge", "instance_count": 1}]
+    backend = LocalBackend(tmp_path / "jobs")
+    events, _ = backend.log_events("training", result["job_name"])
+    assert {e.host for e in events} >= {"algo-1", "algo-2", "algo-3", "platform"}  # every host's stream
+    lineage = op.get_openlineage_facets_on_complete(None)
+    if lineage is None:
+        pytest.skip("the OpenLineage provider is not installed")
+    assert [d.name for d in lineage.inputs] == [str(tmp_path / "data")]
+    assert lineage.outputs[0].name.endswith(f"{result['job_name']}/output/model.tar.gz")
