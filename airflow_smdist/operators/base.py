@@ -194,6 +194,11 @@ class SmdistJobOperator(BaseOperator):
             description = backend.describe(self.kind, name)
             if self.print_logs:
                 cursor = self.print_new_logs(backend, name, cursor)
+            metrics = {m["MetricName"]: m["Value"] for m in description.get("FinalMetricDataList") or []}
+            if metrics and metrics != getattr(self, "_last_metrics", None):
+                self.log.info("%s job %s metrics: %s", self.kind, name,
+                              ", ".join(f"{k}={v:g}" for k, v in sorted(metrics.items())))
+                self._last_metrics = metrics
             secondary = description.get("SecondaryStatus")
             if secondary and secondary != last_secondary:
                 self.log.info("%s job %s: %s / %s", self.kind, name, description[status_key], secondary)

@@ -46,6 +46,7 @@ class TrainingSupervisor(JobSupervisor):
 
     def periodic(self) -> None:
         self.sync_checkpoints(self.cluster)
+        self.save()  # metrics so far reach DescribeTrainingJob while the job runs, as on SageMaker
 
     def stage(self, cluster: contract.Cluster) -> dict[str, list[str]]:
         req = self.request
