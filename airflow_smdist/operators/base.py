@@ -124,8 +124,7 @@ class SmdistJobOperator(BaseOperator):
         else:
             self.log.info("%s job %s of an earlier try already completed; returning its result.", self.kind, name)
         self._running_job = name
-        if backend.name == "sagemaker":
-            self.persist_links(context, name)
+        self.persist_links(context, name)
         if not self.wait_for_completion:
             return self.result(backend.describe(self.kind, name))
         if self.deferrable:

@@ -37,6 +37,7 @@ CHANNEL_KEYS = {
     "attribute_names": "AttributeNames",
 }
 NETWORK_ISOLATION_SUBMIT_DIR = "/opt/ml/input/data/code/sourcedir.tar.gz"
+MAX_RUNTIME_SECONDS = 28 * 24 * 3600  # StoppingCondition.MaxRuntimeInSeconds ceiling (2,419,200 s)
 
 
 @dataclass
@@ -198,6 +199,10 @@ def build_training(
     if input_mode not in INPUT_MODES:
         raise SpecError("input_mode", f"{input_mode!r} is not an input mode.", f"use one of {INPUT_MODES}.")
     max_run = _as_int(max_run, "max_run")
+    if max_run > MAX_RUNTIME_SECONDS:
+        raise SpecError("max_run", f"{max_run} s is above SageMaker's limit of {MAX_RUNTIME_SECONDS} s (28 days).",
+                        "split the training into links that resume from a checkpoint "
+                        "(airflow_smdist.operators.workflows.SageMakerTrainingChainOperator).")
     volume_size = _as_int(volume_size, "volume_size")
 
     # -- image ---------------------------------------------------------------------------------------

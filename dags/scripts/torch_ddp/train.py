@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-CHECKPOINT_DIR = "/opt/ml/checkpoints"
+# /opt/ml/checkpoints on SageMaker; SAGEMAKER_BASE_DIR relocates /opt/ml where the local backend has to
+CHECKPOINT_DIR = os.path.join(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml"), "checkpoints")
 
 
 def load(channel_dir):

@@ -1,0 +1,148 @@
+"""Many jobs (seed Option 4): fan-out, a sequence whose configuration changes, a chain past 28 days.
+
+- :func:`fan_out_training`: sub-tasks with their own channels, hyperparameters, metadata and instance
+  types, through dynamic task mapping. Each mapped task instance has its own stable job name (the map
+  index is part of it), so a retry reattaches to its still-running job instead of starting a duplicate.
+- :func:`growing_batch_training`: a sequence of training jobs whose batch size grows stage by stage; each
+  stage resumes from the previous stage's checkpoint (one checkpoint S3 URI: SageMaker copies it in at
+  start) and has its learning rate rescaled for its global batch by the linear scaling rule.
+- :class:`SageMakerTrainingChainOperator`: one long training as links of jobs, each limited to
+  ``max_run`` (SageMaker's ceiling is 28 days) and resuming from the checkpoint, until the script says it
+  is finished (a marker file in its checkpoint directory, or a metric), with a bound on the links.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from airflow_smdist._compat import AirflowException
+from airflow_smdist.backends.base import OPERATIONS
+from airflow_smdist.operators.base import NAME_LIMIT, stable_job_name
+from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+
+
+def fan_out_training(task_id: str, *, subtasks: Sequence[dict] | Any, **common: Any):
+    """One training job per sub-task, via ``expand_kwargs``: every key of a sub-task dict (``inputs``,
+    ``hyperparameters``, ``instance_type``, ``tags``, ...) overrides ``common`` for that job. ``subtasks``
+    may be a list or an XComArg (a task returning the list), so the split can be decided at run time."""
+    return SageMakerDistributedTrainingOperator.partial(task_id=task_id, **common).expand_kwargs(subtasks)
+
+
+def growing_batch_training(group_id: str, *, stages: Sequence[dict], lr_scaling: dict, checkpoint_s3_uri: str,
+                           hyperparameters: dict | None = None, batch_size_hyperparameter: str = "batch_size",
+                           epochs_hyperparameter: str = "epochs", **common: Any):
+    """A TaskGroup of chained training jobs, one per stage ``{"batch_size": 64, "epochs": 2, ...}`` (other
+    keys, e.g. ``instance_count``, override ``common`` for that stage). Epochs accumulate: stage *k* trains
+    until the sum of the epochs of stages 1..k, resuming from the checkpoint the previous stage left."""
+    from airflow_smdist.specs.errors import SpecError
+
+    try:
+        from airflow.sdk import TaskGroup
+    except ImportError:  # Airflow 2
+        from airflow.utils.task_group import TaskGroup
+    if not stages:
+        raise SpecError("stages", "is empty.", "give at least one {'batch_size': ..., 'epochs': ...}.")
+    total = 0
+    previous = None
+    with TaskGroup(group_id=group_id) as group:
+        for i, stage in enumerate(stages, 1):
+            stage = dict(stage)
+            if "batch_size" not in stage or "epochs" not in stage:
+                raise SpecError(f"stages[{i - 1}]", "needs batch_size and epochs.", "give {'batch_size': 64, 'epochs': 2}.")
+            batch, epochs = stage.pop("batch_size"), stage.pop("epochs")
+            total += int(epochs)
+            hps = {**(hyperparameters or {}), batch_size_hyperparameter: batch, epochs_hyperparameter: total}
+            scaling = {**lr_scaling, "per_device_batch_size": batch}
+            op = SageMakerDistributedTrainingOperator(
+                task_id=f"stage_{i}_batch_{batch}", hyperparameters=hps, lr_scaling=scaling,
+                checkpoint_s3_uri=checkpoint_s3_uri, **{**common, **stage})
+            if previous is not None:
+                previous >> op
+            previous = op
+    return group
+
+
+class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
+    """Train past one job's maximum runtime: links of jobs, each with ``max_run`` and the same
+    ``checkpoint_s3_uri``, until the script writes ``finished_marker`` into its checkpoint directory
+    (synced to ``<checkpoint_s3_uri>/<finished_marker>``) or reports ``finished_metric`` >= 1, or raises
+    after ``max_links`` links. A link that hits its runtime limit (Stopped / MaxRuntimeExceeded) is a link
+    that did its share; any other failure fails the task. Links are named ``<stable name>-l<N>``, so a
+    retry reattaches to the running link. Deferrable: the task defers once per link."""
+
+    template_fields: Sequence[str] = (*SageMakerDistributedTrainingOperator.template_fields, "finished_marker")
+
+    def __init__(self, *, max_links: int = 10, finished_marker: str = "FINISHED", finished_metric: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not kwargs.get("checkpoint_s3_uri"):
+            from airflow_smdist.specs.errors import SpecError
+
+            raise SpecError("checkpoint_s3_uri", "is required: each link resumes from the previous link's checkpoint.",
+                            "pass checkpoint_s3_uri='s3://bucket/checkpoints/<run>'.")
+        self.max_links = int(max_links)
+        self.finished_marker = finished_marker
+        self.finished_metric = finished_metric
+
+    def finished(self, last: dict | None) -> bool:
+        from airflow_smdist.storage import Storage
+
+        if self.finished_metric and last and last.get("final_metrics", {}).get(self.finished_metric, 0) >= 1:
+            return True
+        backend = self.get_backend()
+        storage = Storage(endpoint_url=getattr(backend, "s3_endpoint_url", None))
+        return storage.exists(f"{str(self.checkpoint_s3_uri).rstrip('/')}/{self.finished_marker}")
+
+    def link_base(self, context: Any, link: int) -> str:
+        ti = context["ti"]
+        base = self.job_name or stable_job_name(self.name_prefix, ti.dag_id, ti.task_id, context["run_id"],
+                                                getattr(ti, "map_index", -1), limit=NAME_LIMIT - 4)
+        return f"{base}-l{link}"
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        self.mask_secrets()
+        return self.run_links(context, 1, [])
+
+    def run_links(self, context: Any, start: int, links: list[dict]) -> dict[str, Any]:
+        backend = self.get_backend()
+        for link in range(start, self.max_links + 1):
+            if self.finished(links[-1] if links else None):
+                break
+            name, action = self.choose_job(backend, self.link_base(context, link))
+            if action == "create":
+                backend.submit(self.kind, self.build_request(name, backend.name, context))
+                self.log.info("Chain link %d/%d: started %s.", link, self.max_links, name)
+            else:
+                self.log.info("Chain link %d/%d: %s (%s).", link, self.max_links, name, action)
+            self._running_job = name
+            if self.deferrable:
+                description = backend.describe(self.kind, name)
+                if description[OPERATIONS[self.kind]["status_key"]] not in ("Completed", "Failed", "Stopped"):
+                    self.defer(trigger=self.make_trigger(backend, name), method_name="link_complete",
+                               kwargs={"link": link, "links": links}, timeout=self.deferral_timeout(description))
+            else:
+                description = self.wait(backend, name)
+            links.append(self.link_result(description))
+            self._running_job = None
+        finished = self.finished(links[-1] if links else None)
+        if not finished:
+            raise AirflowException(f"training not finished after {self.max_links} links of at most "
+                                   f"{self.max_run} s each (no {self.finished_marker} under {self.checkpoint_s3_uri})")
+        result = dict(links[-1]) if links else {}
+        result.update(links=[{k: r[k] for k in ("job_name", "status", "secondary_status", "model_artifacts")}
+                             for r in links], finished=True)
+        return result
+
+    def link_complete(self, context: Any, event: dict[str, Any], link: int, links: list[dict]) -> dict[str, Any]:
+        self.mask_secrets()
+        description = self.get_backend().describe(self.kind, event["job_name"])
+        links = list(links) + [self.link_result(description)]
+        return self.run_links(context, link + 1, links)
+
+    def link_result(self, description: dict[str, Any]) -> dict[str, Any]:
+        status, secondary = description["TrainingJobStatus"], description.get("SecondaryStatus")
+        if status == "Stopped" and secondary == "MaxRuntimeExceeded":
+            self.log.info("Link %s reached its MaxRuntimeInSeconds; the next link resumes from the checkpoint.",
+                          description["TrainingJobName"])
+            return self.result(description)
+        return self.check_and_result(description)
