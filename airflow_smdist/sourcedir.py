@@ -13,16 +13,26 @@ from airflow_smdist.storage import Storage
 EXCLUDED = {"__pycache__", ".git", ".ipynb_checkpoints"}
 
 
-def pack_source_dir(source: str, dest_tar: str | os.PathLike) -> list[str]:
+#: What ``include_runtime`` adds: ``import airflow_smdist.runtime`` then works inside any container
+#: (both files import only the standard library), without installing the provider (and Airflow) there.
+RUNTIME_FILES = ("airflow_smdist/__init__.py", "airflow_smdist/runtime/__init__.py")
+
+
+def pack_source_dir(source: str, dest_tar: str | os.PathLike, include_runtime: bool = False) -> list[str]:
     """Tar ``source`` (a directory, or one file) into ``dest_tar``; returns the archive's member names."""
     src = Path(source)
     if not src.exists():
         raise SpecError("source_dir", f"{source!r} does not exist.", "give the directory holding the entry point.")
     names: list[str] = []
     with tarfile.open(dest_tar, "w:gz") as tar:
+        if include_runtime:
+            package_root = Path(__file__).resolve().parent.parent
+            for rel in RUNTIME_FILES:
+                tar.add(package_root / rel, arcname=rel)
+                names.append(rel)
         if src.is_file():
             tar.add(src, arcname=src.name)
-            return [src.name]
+            return names + [src.name]
         for dirpath, dirs, files in os.walk(src):
             dirs[:] = sorted(d for d in dirs if d not in EXCLUDED)
             for f in sorted(files):
@@ -35,11 +45,12 @@ def pack_source_dir(source: str, dest_tar: str | os.PathLike) -> list[str]:
     return names
 
 
-def upload_source(source: str, entry_point: str | None, uri: str, storage: Storage | None = None) -> str:
+def upload_source(source: str, entry_point: str | None, uri: str, storage: Storage | None = None,
+                  include_runtime: bool = False) -> str:
     """Pack and upload ``source`` to ``uri`` (``.../source/sourcedir.tar.gz``). Checks the entry point is in it."""
     with tempfile.TemporaryDirectory(prefix="smdist-src-") as tmp:
         tar_path = os.path.join(tmp, "sourcedir.tar.gz")
-        names = pack_source_dir(source, tar_path)
+        names = pack_source_dir(source, tar_path, include_runtime=include_runtime)
         if entry_point and Path(source).is_dir() and entry_point not in names:
             raise SpecError("entry_point", f"{entry_point!r} is not in source_dir {source!r}.",
                             f"use one of {sorted(n for n in names if n.endswith(('.py', '.sh')))[:10]}.")

@@ -29,7 +29,8 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
     in a Deep Learning Container), or ``algorithm=`` (a built-in algorithm) or ``image_uri=``;
     ``instance_type`` x ``instance_count``; ``distribution`` ({"torch_distributed": {"enabled": True}},
     {"mpi": {...}}, {"smdistributed": {...}}, ...); ``inputs`` channels (FullyReplicated / ShardedByS3Key);
-    ``checkpoint_s3_uri``; ``lr_scaling`` for the linear scaling rule.
+    ``checkpoint_s3_uri``; ``lr_scaling`` for the linear scaling rule; ``include_runtime=True`` ships
+    :mod:`airflow_smdist.runtime` (stdlib only) inside sourcedir.tar.gz for scripts that import it.
 
     ``backend``: "local" (default; runs here, for real) or "sagemaker"; else the ``smdist`` connection's
     ``backend`` extra, else ``SMDIST_BACKEND``. The job name is stable across tries of one task instance:
@@ -60,8 +61,9 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
                  enable_network_isolation: bool = False, encrypt_inter_container_traffic: bool = False,
                  instance_groups: list[dict] | None = None, lr_scaling: dict[str, Any] | None = None,
                  tags: dict[str, str] | None = None, secret_hyperparameters: list[str] | None = None,
-                 **kwargs: Any) -> None:
+                 include_runtime: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.include_runtime = include_runtime
         self.secret_hyperparameters = list(secret_hyperparameters or [])
         self.output_path = output_path
         self.role = role
@@ -145,7 +147,8 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
 
             backend = self.get_backend()
             storage = Storage(endpoint_url=getattr(backend, "s3_endpoint_url", None))
-            upload_source(plan.source_dir, plan.entry_point if self.source_dir else None, plan.source_uri, storage)
+            upload_source(plan.source_dir, plan.entry_point if self.source_dir else None, plan.source_uri, storage,
+                          include_runtime=self.include_runtime)
             self.log.info("Uploaded %s as %s", plan.source_dir, plan.source_uri)
         return plan.request
 
