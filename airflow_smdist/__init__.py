@@ -26,13 +26,17 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": "SageMaker distributed computing (smdist)",
-                "python-modules": ["airflow_smdist.operators.training"],
+                "python-modules": ["airflow_smdist.operators.training", "airflow_smdist.operators.processing",
+                                   "airflow_smdist.operators.transform",
+                                   "airflow_smdist.operators.tuning", "airflow_smdist.operators.workflows"],
             }
         ],
         "sensors": [
             {
                 "integration-name": "SageMaker distributed computing (smdist)",
-                "python-modules": ["airflow_smdist.sensors.training"],
+                "python-modules": ["airflow_smdist.sensors.training", "airflow_smdist.sensors.processing",
+                                   "airflow_smdist.sensors.transform",
+                                   "airflow_smdist.sensors.tuning"],
             }
         ],
         "hooks": [
@@ -44,5 +48,18 @@ def get_provider_info() -> dict:
         "connection-types": [
             {"connection-type": "smdist", "hook-class-name": "airflow_smdist.hooks.smdist.SmdistHook"}
         ],
-        "extra-links": ["airflow_smdist.operators.links.SageMakerTrainingJobLink"],
+        "triggers": [
+            {
+                "integration-name": "SageMaker distributed computing (smdist)",
+                "python-modules": ["airflow_smdist.triggers.base", "airflow_smdist.triggers.training"],
+            }
+        ],
+        "extra-links": [
+            "airflow_smdist.operators.links.SageMakerTrainingJobLink",
+            "airflow_smdist.operators.links.SageMakerTrainingLogsLink",
+            "airflow_smdist.operators.processing.SageMakerProcessingJobLink",
+            "airflow_smdist.operators.processing.SageMakerProcessingLogsLink",
+            "airflow_smdist.operators.transform.SageMakerBatchInferenceJobLink",
+            "airflow_smdist.operators.tuning.SageMakerTuningJobLink",
+        ],
     }

@@ -67,10 +67,21 @@ def safe_join(root: str | os.PathLike, relative: str) -> Path:
 class Storage:
     """s3:// and file:// behind one small interface."""
 
-    def __init__(self, endpoint_url: str | None = None, region_name: str | None = None) -> None:
+    def __init__(self, endpoint_url: str | None = None, region_name: str | None = None, *, client=None) -> None:
         self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         self.region_name = region_name or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
-        self._s3 = None
+        self._s3 = client  # an S3 client to use (e.g. from an Airflow aws connection), else made lazily
+
+    @classmethod
+    def for_backend(cls, backend) -> Storage:
+        """Storage that reaches a backend's objects: the Airflow ``aws`` connection's S3 client (through the
+        Amazon provider's S3Hook) for the sagemaker backend; the local backend's endpoint otherwise."""
+        if getattr(backend, "name", None) == "sagemaker":
+            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+            hook = S3Hook(aws_conn_id=backend.aws_conn_id, region_name=backend.region_name)
+            return cls(region_name=hook.region_name, client=hook.get_conn())
+        return cls(endpoint_url=getattr(backend, "s3_endpoint_url", None))
 
     @property
     def s3(self):

@@ -262,6 +262,39 @@ class SageMakerBackend:
             cursor[stream] = token
         return out
 
+    def list_training_jobs_for_tuning_job(self, name: str, *, status_equals: str | None = None,
+                                          sort_by: str | None = None, sort_order: str | None = None,
+                                          page_size: int = 100) -> list[dict[str, Any]]:
+        """ListTrainingJobsForHyperParameterTuningJob: every trial's HyperParameterTrainingJobSummary (all pages)."""
+        kwargs: dict[str, Any] = {"HyperParameterTuningJobName": name, "MaxResults": page_size}
+        for key, value in (("StatusEquals", status_equals), ("SortBy", sort_by), ("SortOrder", sort_order)):
+            if value:
+                kwargs[key] = value
+        summaries: list[dict[str, Any]] = []
+        while True:
+            page = self._call("ListTrainingJobsForHyperParameterTuningJob", **kwargs)
+            summaries.extend(page.get("TrainingJobSummaries", []))
+            token = page.get("NextToken")
+            if not token or token == kwargs.get("NextToken"):
+                return summaries
+            kwargs["NextToken"] = token
+
+    # ---- models (CreateModel for transform jobs) -------------------------------------------------------
+    def create_model(self, request: dict[str, Any]) -> str:
+        local = _local_uri_errors("CreateModel", request)
+        if local:
+            raise SpecErrors(local)
+        validate_request("CreateModel", request, allow_local_uris=False)
+        return self._call("CreateModel", **request)["ModelArn"]
+
+    def describe_model(self, name: str) -> dict[str, Any]:
+        d = self._call("DescribeModel", ModelName=name)
+        d.pop("ResponseMetadata", None)
+        return d
+
+    def delete_model(self, name: str) -> None:
+        self._call("DeleteModel", ModelName=name)
+
     # ---- beyond the protocol ----------------------------------------------------------------------------
     def list_jobs(
         self, kind: str, *, name_contains: str | None = None, status: str | None = None

@@ -145,8 +145,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             from airflow_smdist.sourcedir import upload_source
             from airflow_smdist.storage import Storage
 
-            backend = self.get_backend()
-            storage = Storage(endpoint_url=getattr(backend, "s3_endpoint_url", None))
+            storage = Storage.for_backend(self.get_backend())
             upload_source(plan.source_dir, plan.entry_point if self.source_dir else None, plan.source_uri, storage,
                           include_runtime=self.include_runtime)
             self.log.info("Uploaded %s as %s", plan.source_dir, plan.source_uri)

@@ -89,8 +89,7 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
 
         if self.finished_metric and last and last.get("final_metrics", {}).get(self.finished_metric, 0) >= 1:
             return True
-        backend = self.get_backend()
-        storage = Storage(endpoint_url=getattr(backend, "s3_endpoint_url", None))
+        storage = Storage.for_backend(self.get_backend())
         return storage.exists(f"{str(self.checkpoint_s3_uri).rstrip('/')}/{self.finished_marker}")
 
     def link_base(self, context: Any, link: int) -> str:

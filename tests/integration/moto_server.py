@@ -331,3 +331,348 @@ class MotoServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+# =========================================================================================================
+# ---- tuning jobs: running states, trials, ListTrainingJobsForHyperParameterTuningJob (issue 5) -----------
+# =========================================================================================================
+# moto creates a tuning job ``Completed`` at once, with a canned BestTrainingJob ("FakeTrainingJobName") and
+# counters, launches no training jobs, and has no ListTrainingJobsForHyperParameterTuningJob. This section adds:
+#
+# * ``start_tuning_job(name)``: the job becomes ``InProgress`` with no trials (counters zero, no best job);
+# * ``add_tuning_trial(name, tuned, status=..., objective=...)``: a real moto training job made from the
+#   tuning job's TrainingJobDefinition (static + tuned hyperparameters + ``_tuning_objective_metric``), named
+#   as SageMaker names trials (``<tuning job>-NNN-<8 hex>``), with its objective in FinalMetricDataList;
+#   ``set_tuning_trial(trial, status, objective=...)`` moves it on. The tuning job's TrainingJobStatusCounters,
+#   ObjectiveStatusCounters and BestTrainingJob are recomputed from its trials after every change, as the
+#   service reports them;
+# * ``finish_tuning_job(name, status)``: ``Completed`` / ``Failed`` / ``Stopped`` with an end time;
+# * ``plan_tuning_job(name, trials)``: opt-in, before the job is created: its create starts it ``InProgress``
+#   and every DescribeHyperParameterTuningJob afterwards takes one step of the plan (start the next trial,
+#   or end the running one with its planned status and objective), then ``Completed``; so an operator's
+#   wait loop sees a tuning job run, without anything sleeping;
+# * the ``ListTrainingJobsForHyperParameterTuningJob`` handler: HyperParameterTrainingJobSummary per trial,
+#   StatusEquals, SortBy (Name | CreationTime | Status | FinalObjectiveMetricValue), SortOrder, MaxResults
+#   (default 10, as the service) and NextToken paging; a missing tuning job gives moto's ResourceNotFound.
+# A StopHyperParameterTuningJob (above) also stops the job's InProgress trials once it reaches Stopped.
+
+#: (account, region, tuning job) -> [{"name": trial, "tuned": {...}}] in launch order
+_tuning_trials: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+#: (account, region, tuning job) -> {"steps": [...], "describes_per_step": n, "countdown": n}
+_tuning_plans: dict[tuple[str, str, str], dict[str, Any]] = {}
+_tuning_installed = False
+
+_TRIAL_STATUSES = ("InProgress", "Completed", "Failed", "Stopping", "Stopped")
+
+
+def _tuning_job(backend, name: str):
+    job = backend.hyper_parameter_tuning_jobs.get(name)
+    if job is None:
+        raise KeyError(f"moto has no tuning job named {name!r}")
+    return job
+
+
+def _trial_objective(job, tuning) -> float | None:
+    metric = tuning.hyper_parameter_tuning_job_config["HyperParameterTuningJobObjective"]["MetricName"]
+    for m in job.final_metric_data_list or []:
+        if m["MetricName"] == metric:
+            return float(m["Value"])
+    return None
+
+
+def _trial_summary(backend, tuning, record: dict[str, Any]) -> dict[str, Any]:
+    job = backend.training_jobs[record["name"]]
+    objective = tuning.hyper_parameter_tuning_job_config["HyperParameterTuningJobObjective"]
+    summary: dict[str, Any] = {
+        "TrainingJobName": job.training_job_name, "TrainingJobArn": job.arn,
+        "TuningJobName": tuning.hyper_parameter_tuning_job_name, "CreationTime": job.creation_time,
+        "TrainingJobStatus": job.training_job_status, "TunedHyperParameters": dict(record["tuned"]),
+    }
+    if job.training_start_time:
+        summary["TrainingStartTime"] = job.training_start_time
+    if job.training_end_time and job.training_job_status not in ("InProgress", "Stopping"):
+        summary["TrainingEndTime"] = job.training_end_time
+    if getattr(job, "failure_reason", None):
+        summary["FailureReason"] = job.failure_reason
+    if job.training_job_status in ("InProgress", "Stopping"):
+        summary["ObjectiveStatus"] = "Pending"
+    else:
+        value = None if job.training_job_status == "Failed" else _trial_objective(job, tuning)
+        if value is None:
+            summary["ObjectiveStatus"] = "Failed"
+        else:
+            summary["ObjectiveStatus"] = "Succeeded"
+            summary["FinalHyperParameterTuningJobObjectiveMetric"] = {
+                "Type": objective["Type"], "MetricName": objective["MetricName"], "Value": value}
+    return summary
+
+
+def _refresh_tuning_job(backend, name: str) -> None:
+    """Counters and BestTrainingJob of tuning job ``name`` from its trials, as the service reports them."""
+    tuning = _tuning_job(backend, name)
+    records = _tuning_trials.get((backend.account_id, backend.region_name, name), [])
+    summaries = [_trial_summary(backend, tuning, r) for r in records]
+    counters = {"Completed": 0, "InProgress": 0, "RetryableError": 0, "NonRetryableError": 0, "Stopped": 0}
+    objectives = {"Succeeded": 0, "Pending": 0, "Failed": 0}
+    for s in summaries:
+        status = {"Failed": "NonRetryableError", "Stopping": "InProgress"}.get(s["TrainingJobStatus"], s["TrainingJobStatus"])
+        counters[status] += 1
+        objectives[s["ObjectiveStatus"]] += 1
+    tuning.training_job_status_counters = counters
+    tuning.objective_status_counters = objectives
+    scored = [s for s in summaries if s["ObjectiveStatus"] == "Succeeded"]
+    maximize = tuning.hyper_parameter_tuning_job_config["HyperParameterTuningJobObjective"]["Type"] == "Maximize"
+    pick = max if maximize else min
+    tuning.best_training_job = (pick(scored, key=lambda s: s["FinalHyperParameterTuningJobObjectiveMetric"]["Value"])
+                                if scored else None)
+    tuning.OverallBestTrainingJob = None
+    tuning.tuning_job_completion_details = {"NumberOfTrainingJobsObjectiveNotImproving": 0}
+    end = tuning.hyper_parameter_tuning_end_time or _now()
+    tuning.consumed_resources = {"RuntimeInSeconds": int((end - tuning.creation_time).total_seconds())}
+    tuning.last_modified_time = _now()
+
+
+def start_tuning_job(name: str, *, account_id: str = ACCOUNT_ID, region: str = REGION) -> None:
+    """Put tuning job ``name`` into ``InProgress`` with no trials (moto creates it Completed, with a canned
+    best training job)."""
+    backend = sagemaker_backend(account_id, region)
+    tuning = _tuning_job(backend, name)
+    tuning.hyper_parameter_tuning_job_status = "InProgress"
+    tuning.hyper_parameter_tuning_end_time = None
+    tuning.failure_reason = ""
+    _tuning_trials.setdefault((account_id, region, name), [])
+    _refresh_tuning_job(backend, name)
+
+
+def _set_trial(backend, job, status: str, objective: float | None, failure_reason: str | None, tuning) -> None:
+    if status not in _TRIAL_STATUSES:
+        raise ValueError(f"status {status!r} is not one of {_TRIAL_STATUSES}")
+    metric = tuning.hyper_parameter_tuning_job_config["HyperParameterTuningJobObjective"]["MetricName"]
+    job.training_job_status = status
+    job.secondary_status = _DEFAULT_SECONDARY.get(status, status)
+    job.last_modified_time = _now()
+    job.training_end_time = None if status in ("InProgress", "Stopping") else _now()
+    if status in ("InProgress", "Stopping"):
+        job.model_artifacts = None
+    else:
+        job.model_artifacts = {"S3ModelArtifacts": f"{job.output_data_config['S3OutputPath'].rstrip('/')}/"
+                                                   f"{job.training_job_name}/output/model.tar.gz"}
+    if status == "Failed":
+        job.model_artifacts = None
+    if objective is not None:
+        job.final_metric_data_list = [{"MetricName": metric, "Value": float(objective), "Timestamp": _now()}]
+    elif status in ("InProgress", "Stopping"):
+        job.final_metric_data_list = []
+    if failure_reason is not None:
+        job.failure_reason = failure_reason
+    _append_transition(job, job.secondary_status, f"{job.secondary_status} (set by the test)")
+
+
+def add_tuning_trial(
+    tuning_name: str,
+    tuned: dict[str, str],
+    *,
+    status: str = "InProgress",
+    objective: float | None = None,
+    failure_reason: str | None = None,
+    account_id: str = ACCOUNT_ID,
+    region: str = REGION,
+) -> str:
+    """Launch a trial of tuning job ``tuning_name`` with hyperparameters ``tuned`` (API strings); returns
+    its name. The training job is made from the tuning job's TrainingJobDefinition, in ``status``, with
+    ``objective`` as the objective metric's final value."""
+    import uuid
+
+    backend = sagemaker_backend(account_id, region)
+    tuning = _tuning_job(backend, tuning_name)
+    records = _tuning_trials.setdefault((account_id, region, tuning_name), [])
+    name = f"{tuning_name}-{len(records) + 1:03d}-{uuid.uuid4().hex[:8]}"
+    definition = copy.deepcopy(tuning.training_job_definition)
+    hyperparameters = dict(definition.get("StaticHyperParameters") or {})
+    hyperparameters.update(tuned)
+    hyperparameters["_tuning_objective_metric"] = (
+        tuning.hyper_parameter_tuning_job_config["HyperParameterTuningJobObjective"]["MetricName"])
+    spec = copy.deepcopy(definition["AlgorithmSpecification"])
+    backend.create_training_job(
+        training_job_name=name, hyper_parameters=hyperparameters, algorithm_specification=spec,
+        role_arn=definition["RoleArn"], input_data_config=definition.get("InputDataConfig"),
+        output_data_config=definition["OutputDataConfig"], resource_config=definition.get("ResourceConfig"),
+        vpc_config=definition.get("VpcConfig"), stopping_condition=definition["StoppingCondition"],
+        tags=tuning.tags, enable_network_isolation=definition.get("EnableNetworkIsolation", False),
+        enable_inter_container_traffic_encryption=definition.get("EnableInterContainerTrafficEncryption", False),
+        enable_managed_spot_training=definition.get("EnableManagedSpotTraining", False),
+        checkpoint_config=definition.get("CheckpointConfig"), debug_hook_config=None, debug_rule_configurations=None,
+        tensor_board_output_config=None, experiment_config=None)
+    job = backend.training_jobs[name]
+    spec_back = definition["AlgorithmSpecification"].get("MetricDefinitions")
+    if spec_back is None:  # moto writes a canned one; the service keeps the definition's
+        job.algorithm_specification.pop("MetricDefinitions", None)
+    else:
+        job.algorithm_specification["MetricDefinitions"] = spec_back
+    job.training_start_time = _now()
+    _set_trial(backend, job, status, objective, failure_reason, tuning)
+    records.append({"name": name, "tuned": dict(tuned)})
+    if tuning.hyper_parameter_tuning_job_status == "Completed" and not tuning.hyper_parameter_tuning_end_time:
+        tuning.hyper_parameter_tuning_job_status = "InProgress"
+    _refresh_tuning_job(backend, tuning_name)
+    return name
+
+
+def set_tuning_trial(
+    trial_name: str,
+    status: str,
+    *,
+    objective: float | None = None,
+    failure_reason: str | None = None,
+    account_id: str = ACCOUNT_ID,
+    region: str = REGION,
+) -> None:
+    """Move trial ``trial_name`` to ``status`` (with ``objective`` as its final objective value)."""
+    backend = sagemaker_backend(account_id, region)
+    for (acct, reg, tuning_name), records in _tuning_trials.items():
+        if (acct, reg) == (account_id, region) and any(r["name"] == trial_name for r in records):
+            tuning = _tuning_job(backend, tuning_name)
+            _set_trial(backend, backend.training_jobs[trial_name], status, objective, failure_reason, tuning)
+            _refresh_tuning_job(backend, tuning_name)
+            return
+    raise KeyError(f"{trial_name!r} is not a trial of any tuning job")
+
+
+def finish_tuning_job(name: str, status: str = "Completed", *, failure_reason: str | None = None,
+                      account_id: str = ACCOUNT_ID, region: str = REGION) -> None:
+    """End tuning job ``name`` in ``status`` (Completed, Failed or Stopped)."""
+    backend = sagemaker_backend(account_id, region)
+    tuning = _tuning_job(backend, name)
+    tuning.hyper_parameter_tuning_job_status = status
+    tuning.hyper_parameter_tuning_end_time = _now()
+    if failure_reason is not None:
+        tuning.failure_reason = failure_reason
+    _refresh_tuning_job(backend, name)
+
+
+def plan_tuning_job(name: str, trials: list[dict[str, Any]], *, describes_per_step: int = 1,
+                    account_id: str = ACCOUNT_ID, region: str = REGION) -> None:
+    """Script tuning job ``name`` before it is created. ``trials``: [{"tuned": {...}, "status": "Completed",
+    "objective": 0.9, "failure_reason": None}, ...], run one after the other: each takes two steps (start
+    InProgress, then end as planned), a step every ``describes_per_step`` Describe calls; then Completed."""
+    steps: list[tuple[str, dict[str, Any]]] = []
+    for t in trials:
+        steps += [("start", t), ("end", t)]
+    steps.append(("finish", {}))
+    _tuning_plans[(account_id, region, name)] = {"steps": steps, "per": describes_per_step, "countdown": 0,
+                                                 "current": None}
+
+
+def _advance_plan(backend, name: str) -> None:
+    key = (backend.account_id, backend.region_name, name)
+    plan = _tuning_plans.get(key)
+    tuning = backend.hyper_parameter_tuning_jobs.get(name)
+    if plan is None or tuning is None or tuning.hyper_parameter_tuning_job_status != "InProgress":
+        return
+    if plan["countdown"] > 0:
+        plan["countdown"] -= 1
+        return
+    plan["countdown"] = plan["per"] - 1
+    kind, step = plan["steps"].pop(0)
+    if kind == "start":
+        plan["current"] = add_tuning_trial(name, step["tuned"], account_id=backend.account_id, region=backend.region_name)
+    elif kind == "end":
+        set_tuning_trial(plan["current"], step.get("status", "Completed"), objective=step.get("objective"),
+                         failure_reason=step.get("failure_reason"), account_id=backend.account_id,
+                         region=backend.region_name)
+    else:
+        del _tuning_plans[key]
+        finish_tuning_job(name, account_id=backend.account_id, region=backend.region_name)
+
+
+def _stop_trials_of_stopped(backend, name: str) -> None:
+    tuning = backend.hyper_parameter_tuning_jobs.get(name)
+    if tuning is None or tuning.hyper_parameter_tuning_job_status != "Stopped":
+        return
+    changed = False
+    for record in _tuning_trials.get((backend.account_id, backend.region_name, name), []):
+        job = backend.training_jobs.get(record["name"])
+        if job is not None and job.training_job_status in ("InProgress", "Stopping"):
+            _set_trial(backend, job, "Stopped", None, None, tuning)
+            changed = True
+    if changed:
+        _refresh_tuning_job(backend, name)
+
+
+_SORTS = {"Name": lambda s: s["TrainingJobName"], "CreationTime": lambda s: s["CreationTime"],
+          "Status": lambda s: s["TrainingJobStatus"]}
+
+
+def install_tuning_extensions() -> None:
+    """Add ListTrainingJobsForHyperParameterTuningJob and the tuning job's running states (idempotent)."""
+    global _tuning_installed
+    if _tuning_installed:
+        return
+    from moto.core.responses import ActionResult
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def list_training_jobs_for_hyper_parameter_tuning_job(self):
+        backend = self.sagemaker_backend
+        name = self._get_param("HyperParameterTuningJobName")
+        if name not in backend.hyper_parameter_tuning_jobs:
+            raise _not_found(backend, "tuning", name)
+        _stop_trials_of_stopped(backend, name)
+        tuning = backend.hyper_parameter_tuning_jobs[name]
+        summaries = [_trial_summary(backend, tuning, r)
+                     for r in _tuning_trials.get((backend.account_id, backend.region_name, name), [])]
+        status = self._get_param("StatusEquals")
+        if status:
+            summaries = [s for s in summaries if s["TrainingJobStatus"] == status]
+        sort_by = self._get_param("SortBy") or "Name"
+        reverse = (self._get_param("SortOrder") or "Ascending") == "Descending"
+        if sort_by == "FinalObjectiveMetricValue":
+            scored = [s for s in summaries if "FinalHyperParameterTuningJobObjectiveMetric" in s]
+            scored.sort(key=lambda s: s["FinalHyperParameterTuningJobObjectiveMetric"]["Value"], reverse=reverse)
+            summaries = scored + [s for s in summaries if "FinalHyperParameterTuningJobObjectiveMetric" not in s]
+        else:
+            summaries.sort(key=_SORTS[sort_by], reverse=reverse)
+        start = int(self._get_param("NextToken") or 0)
+        size = int(self._get_param("MaxResults") or 10)
+        page = summaries[start:start + size]
+        result: dict[str, Any] = {"TrainingJobSummaries": page}
+        if start + size < len(summaries):
+            result["NextToken"] = str(start + size)
+        return ActionResult(result)
+
+    original_describe = SageMakerResponse.describe_hyper_parameter_tuning_job
+
+    def describe_hyper_parameter_tuning_job(self):
+        backend = self.sagemaker_backend
+        name = self._get_param("HyperParameterTuningJobName")
+        _advance_plan(backend, name)
+        result = original_describe(self)  # advances pending stops first (install_sagemaker_extensions)
+        if (backend.account_id, backend.region_name, name) in _tuning_trials:
+            # a stop that just completed ends the running trials too; answer with the counters after it
+            _stop_trials_of_stopped(backend, name)
+            _refresh_tuning_job(backend, name)
+            result = ActionResult(backend.describe_hyper_parameter_tuning_job(name))
+        return result
+
+    original_create = SageMakerResponse.create_hyper_parameter_tuning_job
+
+    def create_hyper_parameter_tuning_job(self):
+        result = original_create(self)
+        backend = self.sagemaker_backend
+        name = self._get_param("HyperParameterTuningJobName")
+        if (backend.account_id, backend.region_name, name) in _tuning_plans:
+            start_tuning_job(name, account_id=backend.account_id, region=backend.region_name)
+        return result
+
+    SageMakerResponse.list_training_jobs_for_hyper_parameter_tuning_job = list_training_jobs_for_hyper_parameter_tuning_job
+    SageMakerResponse.describe_hyper_parameter_tuning_job = describe_hyper_parameter_tuning_job
+    SageMakerResponse.create_hyper_parameter_tuning_job = create_hyper_parameter_tuning_job
+    _tuning_installed = True
+
+
+_install_sagemaker_extensions_without_tuning = install_sagemaker_extensions
+
+
+def install_sagemaker_extensions() -> None:  # noqa: F811 - extended here, so MotoServer.start installs both
+    """The extensions above plus this section's (MotoServer.start calls this name)."""
+    _install_sagemaker_extensions_without_tuning()
+    install_tuning_extensions()

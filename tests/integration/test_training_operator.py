@@ -119,3 +119,27 @@ def test_templated_strings_are_coerced_before_any_job_starts(tmp_path, data, loc
     with pytest.raises(SpecError, match="instance_count"):
         op.execute(context(f"run-{uuid.uuid4().hex}"))
     assert LocalBackend(local_root).list_jobs("training") == []
+
+
+def test_sensor_waits_for_a_job_started_elsewhere(tmp_path, data, local_root):
+    from airflow_smdist.sensors.training import SageMakerDistributedTrainingSensor
+
+    started = operator(tmp_path, data, hyperparameters={"sleep": 2}, wait_for_completion=False).execute(
+        context(f"run-{uuid.uuid4().hex}"))
+    sensor = SageMakerDistributedTrainingSensor(task_id="wait", job_name=started["job_name"])
+    assert sensor.poke({}) is False  # still running
+    deadline = time.time() + 60
+    while (done := sensor.poke({})) is False:
+        assert time.time() < deadline
+        time.sleep(0.5)
+    assert done.is_done and done.xcom_value["status"] == "Completed"
+    assert done.xcom_value["model_artifacts"].endswith(f"{started['job_name']}/output/model.tar.gz")
+
+    failed = operator(tmp_path, data, hyperparameters={"fail-host-rank": 1}, wait_for_completion=False).execute(
+        context(f"run-{uuid.uuid4().hex}"))
+    sensor = SageMakerDistributedTrainingSensor(task_id="wait2", job_name=failed["job_name"])
+    deadline = time.time() + 60
+    with pytest.raises(AirflowException, match="ended Failed: AlgorithmError"):
+        while sensor.poke({}) is False:
+            assert time.time() < deadline
+            time.sleep(0.5)

@@ -158,6 +158,30 @@ class LocalBackend:
                         "LastModifiedTime": last_modified(st)})
         return out
 
+    def list_training_jobs_for_tuning_job(self, name: str, *, status_equals: str | None = None,
+                                          sort_by: str | None = None, sort_order: str | None = None) -> list[dict]:
+        """ListTrainingJobsForHyperParameterTuningJob: every trial's summary (see .tuning)."""
+        from airflow_smdist.backends.local.tuning import list_training_jobs_for_tuning_job
+
+        return list_training_jobs_for_tuning_job(self, name, status_equals=status_equals, sort_by=sort_by,
+                                                 sort_order=sort_order)
+
+    # -- models (CreateModel for transform jobs) ---------------------------------------------------
+    def create_model(self, request: dict[str, Any]) -> str:
+        from airflow_smdist.backends.local.transform import create_model
+
+        return create_model(self, request)
+
+    def describe_model(self, name: str) -> dict[str, Any]:
+        from airflow_smdist.backends.local.transform import describe_model
+
+        return describe_model(self, name)
+
+    def delete_model(self, name: str) -> None:
+        from airflow_smdist.backends.local.transform import delete_model
+
+        delete_model(self, name)
+
     # -- helpers ---------------------------------------------------------------------------------
     def arn(self, kind: str, name: str) -> str:
         return f"arn:aws:sagemaker:{self.region}:{ACCOUNT}:{ARN_RESOURCES[kind]}/{name.lower()}"

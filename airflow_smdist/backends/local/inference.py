@@ -1,0 +1,835 @@
+"""The SageMaker inference toolkit's handler contract, and batch transform's record handling, run here.
+
+What a SageMaker serving container does with a model's inference code, for the requests batch transform
+sends it: ``model_fn(model_dir)`` once, then per request ``input_fn(data, content_type)`` ->
+``predict_fn(data, model)`` -> ``output_fn(prediction, accept)`` (or one ``transform_fn(model, data,
+content_type, accept)``), a missing function replaced by its default. And what the batch transform platform
+does around it: split each object into records (``SplitType``), pack them into mini-batches
+(``BatchStrategy``, ``MaxPayloadInMB``), keep ``MaxConcurrentTransforms`` requests in flight, retry
+(``ModelClientConfig``), apply ``DataProcessing`` (``InputFilter`` / ``JoinSource`` / ``OutputFilter``,
+JSONPath via jsonpath-ng) and assemble the responses (``AssembleWith``) into the object's ``.out``.
+
+This file is standalone on purpose: stdlib only at import (numpy, torch and jsonpath-ng are imported when a
+handler needs them) and no ``airflow_smdist`` import, so the very same file is the entry script of the
+processing-job fan-out (uploaded as ``smdist_batch_runner.py``, run on each instance of a ShardedByS3Key
+processing job, on SageMaker or locally) and the engine of the local transform workers. The ways of
+sharded batch inference therefore produce byte-identical outputs.
+
+Where the user's inference code comes from, as the SageMaker framework serving containers find it:
+
+* ``SAGEMAKER_PROGRAM`` names the module (default ``inference.py``, the inference toolkit's default);
+* its directory is ``SAGEMAKER_SUBMIT_DIRECTORY`` when that is a directory (the caller downloads and
+  extracts a ``sourcedir.tar.gz`` URI first, as the SKLearn container does), and ``<model_dir>/code`` when
+  it is unset or ``/opt/ml/model/code`` (the PyTorch / TensorFlow serving containers, and the SDK's
+  repacked model.tar.gz with ``code/inference.py``);
+* no such module: the defaults alone run (``model_fn`` then fails as the toolkit's does).
+
+Defaults: ``generic`` is sagemaker-inference-toolkit's ``DefaultInferenceHandler`` with its ``decoder`` /
+``encoder`` (CSV, JSON, NPY; no default model_fn / predict_fn); ``sklearn`` is the SKLearn container's
+(inputs as float32, ``model.predict``); ``pytorch`` is the PyTorch inference toolkit's (TorchScript
+``model.pt``, tensors, ``model(x)`` under ``no_grad``). :func:`defaults_for_image` picks them from the
+model's image, as the container in that image would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import importlib
+import inspect
+import io
+import json
+import os
+import sys
+import tarfile
+import tempfile
+import textwrap
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+# -- content types (sagemaker_inference.content_types) ------------------------------------------------------
+JSON = "application/json"
+CSV = "text/csv"
+NPY = "application/x-npy"
+JSONLINES = "application/jsonlines"
+OCTET_STREAM = "application/octet-stream"
+ANY = "*/*"
+UTF8_TYPES = (JSON, CSV)
+SUPPORTED_CONTENT_TYPES = (JSON, CSV, NPY)
+DEFAULT_MODULE_NAME = "inference.py"
+CODE_IN_MODEL = "/opt/ml/model/code"
+MB = 1024 * 1024
+RUNNER_NAME = "smdist_batch_runner.py"
+
+
+class UnsupportedFormatError(Exception):
+    """The toolkit's error for a content type its default decoder / encoder does not know."""
+
+    def __init__(self, content_type: str) -> None:
+        super().__init__(
+            f"Content type {content_type} is not supported by this framework. Please implement input_fn to "
+            "deserialize the request data or an output_fn to serialize the response.")
+
+
+def base_type(content_type: str | None) -> str:
+    """``"text/csv; charset=utf-8"`` -> ``"text/csv"``."""
+    return (content_type or "").split(";")[0].strip().lower()
+
+
+# -- decoder / encoder (sagemaker_inference.decoder, .encoder) ------------------------------------------------
+def _json_to_numpy(string_like, dtype=None):
+    import numpy as np
+
+    return np.array(json.loads(string_like), dtype=dtype)
+
+
+def _csv_to_numpy(string_like, dtype=None):
+    import numpy as np
+
+    return np.genfromtxt(io.StringIO(string_like), dtype=dtype, delimiter=",")
+
+
+def _npy_to_numpy(npy_array):
+    import numpy as np
+
+    return np.load(io.BytesIO(npy_array), allow_pickle=True)
+
+
+def decode(obj, content_type: str):
+    """The toolkit's ``decoder.decode``: JSON, CSV or NPY into a numpy array."""
+    decoders = {NPY: _npy_to_numpy, CSV: _csv_to_numpy, JSON: _json_to_numpy}
+    try:
+        decoder = decoders[base_type(content_type)]
+    except KeyError:
+        raise UnsupportedFormatError(content_type) from None
+    return decoder(obj)
+
+
+def _array_to_json(array_like) -> str:
+    def default(value):
+        if hasattr(value, "tolist"):
+            return value.tolist()
+        return json.JSONEncoder().default(value)
+
+    return json.dumps(array_like, default=default)
+
+
+def _array_to_npy(array_like) -> bytes:
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array_like)
+    return buffer.getvalue()
+
+
+def _array_to_csv(array_like) -> str:
+    import numpy as np
+
+    stream = io.StringIO()
+    np.savetxt(stream, array_like, delimiter=",", fmt="%s")
+    return stream.getvalue()
+
+
+def encode(array_like, content_type: str):
+    """The toolkit's ``encoder.encode``: an array-like into JSON (str), CSV (str) or NPY (bytes)."""
+    encoders = {NPY: _array_to_npy, CSV: _array_to_csv, JSON: _array_to_json}
+    try:
+        encoder = encoders[base_type(content_type)]
+    except KeyError:
+        raise UnsupportedFormatError(content_type) from None
+    return encoder(array_like)
+
+
+def parse_accept(accept: str) -> list[str]:
+    return [base_type(a) for a in (accept or "").split(",") if a.strip()]
+
+
+# -- default handlers ---------------------------------------------------------------------------------------
+class DefaultInferenceHandler:
+    """sagemaker-inference-toolkit's ``DefaultInferenceHandler``: decode / encode, no model_fn or predict_fn."""
+
+    name = "generic"
+
+    def default_model_fn(self, model_dir):
+        raise NotImplementedError(textwrap.dedent("""
+            Please provide a model_fn implementation.
+            See documentation for model_fn at https://sagemaker.readthedocs.io/en/stable/
+            """).strip())
+
+    def default_input_fn(self, input_data, content_type):
+        return decode(input_data, content_type)
+
+    def default_predict_fn(self, data, model):
+        raise NotImplementedError(textwrap.dedent("""
+            Please provide a predict_fn implementation.
+            See documentation for predict_fn at https://sagemaker.readthedocs.io/en/stable/
+            """).strip())
+
+    def default_output_fn(self, prediction, accept):
+        return encode(prediction, accept), accept
+
+
+class SKLearnInferenceHandler(DefaultInferenceHandler):
+    """The SageMaker scikit-learn container's defaults (``sagemaker_sklearn_container.serving``)."""
+
+    name = "sklearn"
+
+    def default_input_fn(self, input_data, content_type):
+        import numpy as np
+
+        array = decode(input_data, content_type)
+        return array.astype(np.float32) if base_type(content_type) in UTF8_TYPES else array
+
+    def default_predict_fn(self, data, model):
+        return model.predict(data)
+
+
+class PyTorchInferenceHandler(DefaultInferenceHandler):
+    """The SageMaker PyTorch inference toolkit's defaults (``DefaultPytorchInferenceHandler``)."""
+
+    name = "pytorch"
+
+    def default_model_fn(self, model_dir):
+        import torch
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        path = os.path.join(model_dir, "model.pt")
+        if not os.path.exists(path):
+            files = [f for f in os.listdir(model_dir) if os.path.isfile(os.path.join(model_dir, f))
+                     and os.path.splitext(f)[1] in (".pt", ".pth")]
+            if len(files) != 1:
+                raise ValueError(f"Exactly one .pth or .pt file is required for PyTorch models: {files}")
+            path = os.path.join(model_dir, files[0])
+        try:
+            return torch.jit.load(path, map_location=device).to(device)
+        except RuntimeError as e:
+            raise RuntimeError(f"Failed to load {path}. Please ensure model is saved using torchscript.") from e
+
+    def default_input_fn(self, input_data, content_type):
+        import torch
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        array = decode(input_data, content_type)
+        tensor = torch.FloatTensor(array) if base_type(content_type) in UTF8_TYPES else torch.from_numpy(array)
+        return tensor.to(device)
+
+    def default_predict_fn(self, data, model):
+        import torch
+
+        with torch.no_grad():
+            model.eval()
+            return model(data)
+
+    def default_output_fn(self, prediction, accept):
+        import torch
+
+        if isinstance(prediction, torch.Tensor):
+            prediction = prediction.detach().cpu().numpy().tolist()
+        for content_type in parse_accept(accept):
+            if content_type in SUPPORTED_CONTENT_TYPES:
+                encoded = encode(prediction, content_type)
+                return (encoded.encode("utf-8") if content_type == CSV else encoded), content_type
+        raise UnsupportedFormatError(accept)
+
+
+DEFAULT_HANDLERS = {"generic": DefaultInferenceHandler, "sklearn": SKLearnInferenceHandler,
+                    "pytorch": PyTorchInferenceHandler}
+
+
+def defaults_for_image(image: str | None) -> str:
+    """Which container's defaults an image runs: ``sklearn``, ``pytorch`` or ``generic``."""
+    repo = (image or "").rsplit("/", 1)[-1].split(":")[0].split("@")[0].lower()
+    if "scikit-learn" in repo or "sklearn" in repo:
+        return "sklearn"
+    if repo.startswith("pytorch"):
+        return "pytorch"
+    return "generic"
+
+
+@dataclass
+class Context:
+    """The slice of the model server's request context that handlers taking a ``context`` argument read."""
+
+    model_dir: str
+    system_properties: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.system_properties.setdefault("model_dir", self.model_dir)
+        self.system_properties.setdefault("gpu_id", None)
+
+
+def code_dir_for(model_dir: str, submit_directory: str | None) -> str:
+    """The directory the user's module is imported from (see the module docstring)."""
+    if submit_directory and submit_directory.rstrip("/") != CODE_IN_MODEL and os.path.isdir(submit_directory):
+        return submit_directory
+    return os.path.join(model_dir, "code")
+
+
+class Handler:
+    """The model server's Transformer: the user's module's handlers over the defaults, model loaded once."""
+
+    def __init__(self, model_dir: str, *, code_dir: str | None = None, program: str | None = None,
+                 defaults: str = "generic", default_accept: str | None = None) -> None:
+        self.model_dir = model_dir
+        self.code_dir = code_dir or os.path.join(model_dir, "code")
+        program = program or os.environ.get("SAGEMAKER_PROGRAM") or DEFAULT_MODULE_NAME
+        self.module_name = program[:-3] if program.endswith(".py") else program
+        self.default_accept = default_accept or os.environ.get("SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT") or JSON
+        if defaults not in DEFAULT_HANDLERS:
+            raise ValueError(f"defaults {defaults!r}: use one of {sorted(DEFAULT_HANDLERS)}")
+        self.defaults = DEFAULT_HANDLERS[defaults]()
+        self.context = Context(model_dir)
+        self.user_module = self._import_user_module()
+        self._set_functions()
+        self.model = self._run(self.model_fn, model_dir)
+
+    def _import_user_module(self):
+        if not os.path.isdir(self.code_dir):
+            return None
+        if self.code_dir not in sys.path:
+            sys.path.insert(0, self.code_dir)
+        path = os.path.join(self.code_dir, *self.module_name.split("."))
+        if not (os.path.exists(path + ".py") or os.path.exists(os.path.join(path, "__init__.py"))):
+            return None  # the container finds no user module: the defaults alone
+        for name in [m for m in sys.modules if m == self.module_name or m.startswith(self.module_name + ".")]:
+            del sys.modules[name]  # a module of that name imported earlier is not this model's
+        importlib.invalidate_caches()
+        return importlib.import_module(self.module_name)
+
+    def _set_functions(self) -> None:
+        d, user = self.defaults, self.user_module
+        get = (lambda name: getattr(user, name, None)) if user is not None else (lambda name: None)
+        transform_fn, input_fn, predict_fn, output_fn = (get(n) for n in
+                                                         ("transform_fn", "input_fn", "predict_fn", "output_fn"))
+        if transform_fn and (input_fn or predict_fn or output_fn):
+            raise ValueError("Cannot use transform_fn implementation in conjunction with input_fn, predict_fn, "
+                             "and/or output_fn implementation")
+        self.model_fn = get("model_fn") or d.default_model_fn
+        self.input_fn = input_fn or d.default_input_fn
+        self.predict_fn = predict_fn or d.default_predict_fn
+        self.output_fn = output_fn or d.default_output_fn
+        self.transform_fn = transform_fn or self._default_transform_fn
+
+    def _run(self, func: Callable, *args):
+        """The toolkit's _run_handler_function: pass the context when the function takes one more argument."""
+        try:
+            n = len(inspect.signature(func).parameters)
+        except (TypeError, ValueError):
+            n = len(args)
+        if n == len(args):
+            return func(*args)
+        if n == len(args) + 1:
+            return func(*args, self.context)
+        raise TypeError(f"{func.__name__} takes {n} arguments but {len(args)} were given.")
+
+    def _default_transform_fn(self, model, input_data, content_type, accept):
+        data = self._run(self.input_fn, input_data, content_type)
+        prediction = self._run(self.predict_fn, data, model)
+        return self._run(self.output_fn, prediction, accept)
+
+    def invoke(self, payload: bytes, content_type: str, accept: str | None) -> tuple[bytes, str]:
+        """One /invocations request: (response body, response content type)."""
+        if not accept or accept == ANY:
+            accept = self.default_accept
+        data: Any = payload
+        if base_type(content_type) in UTF8_TYPES:
+            data = payload.decode("utf-8")
+        result = self._run(self.transform_fn, self.model, data, content_type, accept)
+        body, response_type = (result[0], result[1]) if isinstance(result, tuple) else (result, accept)
+        if hasattr(body, "get_data"):  # a Flask/werkzeug Response (the SKLearn container's worker.Response)
+            body = body.get_data()
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif not isinstance(body, (bytes, bytearray)):
+            body = encode(body, response_type).encode("utf-8") if base_type(response_type) != NPY \
+                else encode(body, response_type)
+        return bytes(body), response_type
+
+
+# -- records, mini-batches, DataProcessing ------------------------------------------------------------------
+@dataclass
+class Settings:
+    """The request fields that shape how objects become requests and responses become ``.out`` objects."""
+
+    content_type: str | None = None
+    accept: str | None = None
+    split_type: str = "None"
+    compression: str = "None"
+    batch_strategy: str = "SingleRecord"
+    max_payload_mb: int = 6
+    max_concurrent_transforms: int = 1
+    assemble_with: str = "None"
+    input_filter: str | None = None
+    join_source: str = "None"
+    output_filter: str | None = None
+    invocations_timeout: float = 600.0
+    invocations_max_retries: int = 3
+
+    @classmethod
+    def from_request(cls, request: dict) -> "Settings":
+        """From a CreateTransformJob request, with SageMaker's defaults for what it leaves out."""
+        ti, to = request["TransformInput"], request["TransformOutput"]
+        dp = request.get("DataProcessing") or {}
+        mc = request.get("ModelClientConfig") or {}
+        return cls(content_type=ti.get("ContentType"), accept=to.get("Accept"),
+                   split_type=ti.get("SplitType") or "None", compression=ti.get("CompressionType") or "None",
+                   batch_strategy=request.get("BatchStrategy") or "SingleRecord",
+                   max_payload_mb=int(request["MaxPayloadInMB"]) if request.get("MaxPayloadInMB") is not None else 6,
+                   max_concurrent_transforms=int(request.get("MaxConcurrentTransforms") or 1),
+                   assemble_with=to.get("AssembleWith") or "None",
+                   input_filter=dp.get("InputFilter"), join_source=dp.get("JoinSource") or "None",
+                   output_filter=dp.get("OutputFilter"),
+                   invocations_timeout=float(mc.get("InvocationsTimeoutInSeconds") or 600),
+                   invocations_max_retries=int(mc["InvocationsMaxRetries"]) if mc.get("InvocationsMaxRetries")
+                   is not None else 3)
+
+    def to_args(self) -> list[str]:
+        """The runner's command-line arguments for these settings (the processing-job fan-out)."""
+        args = ["--split-type", self.split_type, "--compression", self.compression,
+                "--batch-strategy", self.batch_strategy, "--max-payload-mb", str(self.max_payload_mb),
+                "--max-concurrent-transforms", str(self.max_concurrent_transforms),
+                "--assemble-with", self.assemble_with, "--join-source", self.join_source,
+                "--invocations-timeout", str(int(self.invocations_timeout)),
+                "--invocations-max-retries", str(self.invocations_max_retries)]
+        for flag, value in (("--content-type", self.content_type), ("--accept", self.accept),
+                            ("--input-filter", self.input_filter), ("--output-filter", self.output_filter)):
+            if value:
+                args += [flag, value]
+        return args
+
+    @property
+    def uses_data_processing(self) -> bool:
+        return self.join_source == "Input" or bool(self.output_filter and self.output_filter != "$")
+
+
+class TransformError(Exception):
+    """An object could not be transformed; says which object and, where known, which record."""
+
+    def __init__(self, message: str, *, record: int | None = None, line: int | None = None) -> None:
+        self.record = record
+        self.line = line
+        super().__init__(message)
+
+
+@dataclass
+class Record:
+    number: int  # 1-based position among the object's records
+    line: int | None  # 1-based line in the (decompressed) object, SplitType Line only
+    data: bytes
+
+
+def split_records(data: bytes, split_type: str) -> list[Record]:
+    """SplitType ``None``: the object is one record. ``Line``: one record per line; blank lines carry no
+    record (and ``\\r\\n`` endings lose their ``\\r``). RecordIO / TFRecord are not split locally."""
+    if split_type in (None, "", "None"):
+        return [Record(1, None, data)]
+    if split_type != "Line":
+        raise TransformError(f"SplitType {split_type!r} is not supported by the local backend (only None and "
+                             "Line); run the job with backend='sagemaker'.")
+    out = []
+    for i, raw in enumerate(data.split(b"\n"), start=1):
+        line = raw[:-1] if raw.endswith(b"\r") else raw
+        if line.strip():
+            out.append(Record(len(out) + 1, i, line))
+    return out
+
+
+def count_records(data: bytes, split_type: str = "Line", compression: str = "None") -> int:
+    """How many records an object holds (what a completeness check compares with the output's lines)."""
+    if compression == "Gzip":
+        data = gzip.decompress(data)
+    return len(split_records(data, split_type))
+
+
+def mini_batches(records: list[Record], strategy: str, max_payload_mb: int) -> list[list[Record]]:
+    """SingleRecord: one record a request. MultiRecord: as many records as fit in MaxPayloadInMB (records
+    joined by newlines). A record larger than MaxPayloadInMB fails; 0 means no limit (streaming)."""
+    limit = max_payload_mb * MB if max_payload_mb else None
+    for r in records:
+        if limit is not None and len(r.data) > limit:
+            where = f"record {r.number}" + (f" (line {r.line})" if r.line else "")
+            raise TransformError(f"{where} is {len(r.data)} bytes, more than MaxPayloadInMB={max_payload_mb}; "
+                                 "raise MaxPayloadInMB (at most 100) or split the input finer.",
+                                 record=r.number, line=r.line)
+    if strategy != "MultiRecord":
+        return [[r] for r in records]
+    batches: list[list[Record]] = []
+    current: list[Record] = []
+    size = 0
+    for r in records:
+        extra = len(r.data) + (1 if current else 0)
+        if current and limit is not None and size + extra > limit:
+            batches.append(current)
+            current, size = [], 0
+            extra = len(r.data)
+        current.append(r)
+        size += extra
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _is_csv(content_type: str | None) -> bool:
+    return base_type(content_type) == CSV
+
+
+def _csv_fields(text: str) -> list[str]:
+    rows = list(csv.reader([text]))
+    return rows[0] if rows else []
+
+
+def _csv_join(fields: Iterable[Any]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow(["" if f is None else f for f in fields])
+    return buffer.getvalue()
+
+
+class JsonPath:
+    """A DataProcessing JSONPath (jsonpath-ng), with SageMaker's union of indexes and slices (``$[0,5:]``)
+    that jsonpath-ng does not parse, and SageMaker's result shapes: a path naming one member gives that
+    value; a slice, union or wildcard gives a list (CSV) or, for object fields, an object."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path.strip()
+        from jsonpath_ng import parse
+        from jsonpath_ng.jsonpath import Child, Fields, Index, Root
+
+        self._types = (Child, Fields, Index, Root)
+        inner = self.path[2:-1] if self.path.startswith("$[") and self.path.endswith("]") else None
+        if inner is not None and "," in inner and ":" in inner and "'" not in inner and '"' not in inner:
+            self.parts = [parse(f"$[{p.strip()}]") for p in inner.split(",")]
+            self.single = False
+        else:
+            self.parts = [parse(self.path)]
+            self.single = self._is_single(self.parts[0])
+
+    def _is_single(self, expr) -> bool:
+        Child, Fields, Index, Root = self._types
+        if isinstance(expr, Root):
+            return True
+        if isinstance(expr, Child):
+            return self._is_single(expr.left) and self._is_single(expr.right)
+        if isinstance(expr, Fields):
+            return len(expr.fields) == 1 and expr.fields[0] != "*"
+        if isinstance(expr, Index):
+            return len(getattr(expr, "indices", (getattr(expr, "index", 0),))) == 1
+        return False
+
+    def apply(self, value: Any) -> Any:
+        matches = [m for part in self.parts for m in part.find(value)]
+        if self.single:
+            if not matches:
+                raise TransformError(f"JSONPath {self.path!r} matches nothing in {json.dumps(value)[:200]}")
+            return matches[0].value
+        if isinstance(value, dict):
+            return {str(m.path): m.value for m in matches}
+        return [m.value for m in matches]
+
+
+def _serialize(value: Any, csv_format: bool) -> str:
+    if csv_format:
+        if isinstance(value, list):
+            return _csv_join(value)
+        return "" if value is None else str(value)
+    return json.dumps(value)
+
+
+def _parse_text(text: str, csv_format: bool) -> Any:
+    if csv_format:
+        return _csv_fields(text)
+    return json.loads(text)
+
+
+def apply_input_filter(record: bytes, path: JsonPath, content_type: str | None) -> bytes:
+    csv_format = _is_csv(content_type)
+    lines = record.decode("utf-8").split("\n") if csv_format else [record.decode("utf-8")]
+    out = [_serialize(path.apply(_parse_text(line, csv_format)), csv_format) for line in lines if line.strip()]
+    return "\n".join(out).encode("utf-8")
+
+
+def _split_response(body: bytes, n: int, accept: str | None) -> list[str]:
+    """A mini-batch's response as one output per record (for JoinSource / OutputFilter)."""
+    text = body.decode("utf-8")
+    kind = base_type(accept)
+    if n == 1:
+        return [text.rstrip("\n")]
+    if kind == JSON:
+        parsed = json.loads(text)
+        if isinstance(parsed, list) and len(parsed) == n:
+            return [json.dumps(p) for p in parsed]
+        raise TransformError(f"the response to a mini-batch of {n} records is not a JSON list of {n} items, so "
+                             "outputs cannot be matched with their records for JoinSource/OutputFilter; use "
+                             "BatchStrategy=SingleRecord or return one item per record.")
+    lines = [line for line in text.split("\n") if line.strip()]
+    if len(lines) != n:
+        raise TransformError(f"the response to a mini-batch of {n} records has {len(lines)} lines, so outputs "
+                             "cannot be matched with their records for JoinSource/OutputFilter.")
+    return lines
+
+
+def join_and_filter(record: bytes, output: str, settings: Settings, output_filter: JsonPath | None) -> str:
+    """JoinSource=Input: CSV rows get the output columns appended; a JSON object gets ``SageMakerOutput``;
+    any other JSON becomes ``{"SageMakerInput": ..., "SageMakerOutput": ...}``. Then OutputFilter."""
+    csv_format = _is_csv(settings.content_type) if settings.join_source == "Input" else _is_csv(settings.accept)
+    if settings.join_source == "Input":
+        text = record.decode("utf-8")
+        if csv_format:
+            joined: Any = _csv_fields(text) + _csv_fields(output)
+        else:
+            source = json.loads(text)
+            try:
+                result: Any = json.loads(output)
+            except ValueError:
+                result = output
+            joined = (dict(source, SageMakerOutput=result) if isinstance(source, dict)
+                      else {"SageMakerInput": source, "SageMakerOutput": result})
+    else:
+        joined = _parse_text(output, csv_format)
+    if output_filter is not None:
+        joined = output_filter.apply(joined)
+    return _serialize(joined, csv_format)
+
+
+@dataclass
+class ObjectResult:
+    output: bytes
+    records: int
+    batches: int
+
+
+def transform_object(handler: Handler, data: bytes, settings: Settings, *, name: str = "object",
+                     executor: ThreadPoolExecutor | None = None) -> ObjectResult:
+    """Transform one input object into its ``.out`` bytes. Raises TransformError naming ``name`` and the
+    record (the first failing one, found by retrying a failed mini-batch record by record)."""
+    try:
+        if settings.compression == "Gzip":
+            data = gzip.decompress(data)
+        records = split_records(data, settings.split_type)
+        batches = mini_batches(records, settings.batch_strategy, settings.max_payload_mb)
+        in_filter = JsonPath(settings.input_filter) if settings.input_filter and settings.input_filter != "$" else None
+        out_filter = JsonPath(settings.output_filter) if settings.output_filter and settings.output_filter != "$" \
+            else None
+    except TransformError as e:
+        raise TransformError(f"{name}: {e}", record=e.record, line=e.line) from None
+
+    def payload_of(batch: list[Record]) -> bytes:
+        parts = []
+        for r in batch:
+            parts.append(apply_input_filter(r.data, in_filter, settings.content_type) if in_filter else r.data)
+        return b"\n".join(parts)
+
+    def call(batch: list[Record]) -> bytes:
+        last: BaseException | None = None
+        for _attempt in range(settings.invocations_max_retries + 1):
+            try:
+                body, _type = handler.invoke(payload_of(batch), settings.content_type, settings.accept)
+                return body
+            except TransformError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the model server answers 500 and batch transform retries
+                last = e
+        assert last is not None
+        raise last
+
+    own = executor is None
+    pool = executor or ThreadPoolExecutor(max_workers=max(1, settings.max_concurrent_transforms))
+    try:
+        futures = [pool.submit(call, b) for b in batches]
+        bodies = []
+        for batch, future in zip(batches, futures):
+            try:
+                bodies.append(future.result(timeout=settings.invocations_timeout))
+            except FutureTimeout:
+                raise TransformError(f"{name}: the request for {_where(batch)} did not answer within "
+                                     f"InvocationsTimeoutInSeconds={int(settings.invocations_timeout)}",
+                                     record=batch[0].number, line=batch[0].line) from None
+            except Exception as e:  # noqa: BLE001
+                raise _locate(handler, batch, settings, name, e, payload_of) from None
+    finally:
+        if own:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    pieces: list[bytes] = []
+    line_assembly = settings.assemble_with == "Line"
+    try:
+        for batch, body in zip(batches, bodies):
+            if settings.uses_data_processing:
+                outputs = _split_response(body, len(batch), settings.accept)
+                for r, out in zip(batch, outputs):
+                    text = join_and_filter(r.data, out, settings, out_filter).encode("utf-8")
+                    pieces.append(text + b"\n" if line_assembly else text)
+            elif line_assembly:
+                pieces.append((body[:-1] if body.endswith(b"\n") else body) + b"\n")
+            else:
+                pieces.append(body)
+    except TransformError as e:
+        raise TransformError(f"{name}: {e}") from None
+    except ValueError as e:
+        raise TransformError(f"{name}: DataProcessing could not parse a record or its output: {e}") from None
+    return ObjectResult(b"".join(pieces), len(records), len(batches))
+
+
+def _where(batch: list[Record]) -> str:
+    if len(batch) == 1:
+        r = batch[0]
+        return f"record {r.number}" + (f" (line {r.line})" if r.line else "")
+    first, last = batch[0], batch[-1]
+    lines = f" (lines {first.line}-{last.line})" if first.line else ""
+    return f"records {first.number}-{last.number}{lines}"
+
+
+def _locate(handler: Handler, batch: list[Record], settings: Settings, name: str, error: BaseException,
+            payload_of) -> TransformError:
+    """Name the record that broke a mini-batch: try its records one by one (once each)."""
+    culprit, cause = None, error
+    if len(batch) > 1:
+        for r in batch:
+            try:
+                handler.invoke(payload_of([r]), settings.content_type, settings.accept)
+            except Exception as e:  # noqa: BLE001
+                culprit, cause = r, e
+                break
+    elif settings.split_type == "Line":
+        culprit = batch[0]
+    detail = f"{type(cause).__name__}: {cause}".strip()
+    if culprit is not None:
+        return TransformError(f"{name}: {_where([culprit])} failed: {detail}", record=culprit.number,
+                              line=culprit.line)
+    if settings.split_type in (None, "", "None"):
+        return TransformError(f"{name}: the object (SplitType=None: one request) failed: {detail}")
+    return TransformError(f"{name}: the mini-batch of {_where(batch)} failed, though each record alone "
+                          f"succeeds: {detail}", record=batch[0].number, line=batch[0].line)
+
+
+# -- model archive ------------------------------------------------------------------------------------------
+def extract_model(archive: str, model_dir: str) -> str:
+    """Extract model.tar.gz into ``model_dir`` as SageMaker does into /opt/ml/model (no '..' or absolute
+    members)."""
+    os.makedirs(model_dir, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        try:
+            tar.extractall(model_dir, filter="data")
+        except TypeError:  # Python < 3.11.4 has no filter argument
+            for m in tar.getmembers():
+                if m.name.startswith("/") or ".." in m.name.split("/"):
+                    raise ValueError(f"model archive member {m.name!r} would land outside the model directory")
+            tar.extractall(model_dir)
+    return model_dir
+
+
+# -- the processing-job runner ------------------------------------------------------------------------------
+def _files_under(root: str) -> list[str]:
+    out = []
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            out.append(os.path.relpath(os.path.join(dirpath, f), root))
+    return sorted(p.replace(os.sep, "/") for p in out)
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.smdist-partial"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Batch inference over the objects of a directory, as batch "
+                                "transform would do them (one <name>.out per object).")
+    p.add_argument("--input", default="/opt/ml/processing/input/data")
+    p.add_argument("--output", default="/opt/ml/processing/output")
+    p.add_argument("--model", default="/opt/ml/processing/input/model",
+                   help="model.tar.gz, or a directory holding one (or an extracted model)")
+    p.add_argument("--code-dir", default=None, help="the inference code's directory (default <model>/code)")
+    p.add_argument("--program", default=None, help="module of the inference code (default SAGEMAKER_PROGRAM "
+                   "or inference.py)")
+    p.add_argument("--defaults", default="generic", choices=sorted(DEFAULT_HANDLERS))
+    p.add_argument("--failure-file", default="/opt/ml/output/message")
+    p.add_argument("--content-type")
+    p.add_argument("--accept")
+    p.add_argument("--split-type", default="None")
+    p.add_argument("--compression", default="None")
+    p.add_argument("--batch-strategy", default="SingleRecord")
+    p.add_argument("--max-payload-mb", type=int, default=6)
+    p.add_argument("--max-concurrent-transforms", type=int, default=1)
+    p.add_argument("--assemble-with", default="None")
+    p.add_argument("--input-filter")
+    p.add_argument("--join-source", default="None")
+    p.add_argument("--output-filter")
+    p.add_argument("--invocations-timeout", type=float, default=600)
+    p.add_argument("--invocations-max-retries", type=int, default=3)
+    return p
+
+
+def _model_dir_from(arg: str) -> str:
+    if os.path.isfile(arg):
+        return extract_model(arg, tempfile.mkdtemp(prefix="smdist-model-"))
+    archives = [f for f in _files_under(arg) if f.endswith(".tar.gz")] if os.path.isdir(arg) else []
+    if len(archives) == 1:
+        return extract_model(os.path.join(arg, archives[0]), tempfile.mkdtemp(prefix="smdist-model-"))
+    if os.path.isdir(arg):
+        return arg
+    raise FileNotFoundError(f"no model at {arg}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Processing-job mode: every object under --input becomes --output/<relative path>.out; an object's
+    output is written only when the whole object succeeded; the first failure ends the run (exit 1) with
+    the object and record named on stderr and in --failure-file."""
+    args = _parser().parse_args(argv)
+    settings = Settings(content_type=args.content_type, accept=args.accept, split_type=args.split_type,
+                        compression=args.compression, batch_strategy=args.batch_strategy,
+                        max_payload_mb=args.max_payload_mb,
+                        max_concurrent_transforms=args.max_concurrent_transforms,
+                        assemble_with=args.assemble_with, input_filter=args.input_filter,
+                        join_source=args.join_source, output_filter=args.output_filter,
+                        invocations_timeout=args.invocations_timeout,
+                        invocations_max_retries=args.invocations_max_retries)
+    host = os.environ.get("SM_CURRENT_HOST") or os.uname().nodename
+    try:
+        with open("/opt/ml/config/resourceconfig.json") as f:
+            host = json.load(f).get("current_host", host)
+    except (OSError, ValueError):
+        pass
+    try:
+        model_dir = _model_dir_from(args.model)
+        code_dir = args.code_dir or code_dir_for(model_dir, os.environ.get("SAGEMAKER_SUBMIT_DIRECTORY"))
+        if os.path.isfile(code_dir) and code_dir.endswith((".tar.gz", ".tgz")):  # a sourcedir.tar.gz input
+            code_dir = extract_model(code_dir, tempfile.mkdtemp(prefix="smdist-code-"))
+        handler = Handler(model_dir, code_dir=code_dir, program=args.program, defaults=args.defaults)
+        names = _files_under(args.input) if os.path.isdir(args.input) else []
+        print(f"{host}: {len(names)} object(s) in this instance's shard", flush=True)
+        started = time.time()
+        total = 0
+        with ThreadPoolExecutor(max_workers=max(1, settings.max_concurrent_transforms)) as pool:
+            for rel in names:
+                with open(os.path.join(args.input, rel), "rb") as f:
+                    data = f.read()
+                result = transform_object(handler, data, settings, name=rel, executor=pool)
+                _write_atomic(os.path.join(args.output, rel + ".out"), result.output)
+                total += result.records
+                print(f"{host}: {rel}: {result.records} record(s) in {result.batches} request(s) -> {rel}.out",
+                      flush=True)
+        print(f"{host}: {total} record(s) in {time.time() - started:.2f}s", flush=True)
+        return 0
+    except Exception as e:  # noqa: BLE001 - the message is the job's failure reason
+        message = str(e) if isinstance(e, TransformError) else f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+        print(f"{host}: {message}", file=sys.stderr, flush=True)
+        try:
+            os.makedirs(os.path.dirname(args.failure_file), exist_ok=True)
+            with open(args.failure_file, "w") as f:
+                f.write(message[:1024])
+        except OSError:
+            pass
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,715 @@
+"""The supervisor of one local processing job: ``python -m airflow_smdist.backends.local.processing <job dir>``.
+
+It runs the CreateProcessingJob request as SageMaker Processing would, for real, on this machine:
+
+* every simulated host (``InstanceCount`` of them, each with its own loopback address from the job's block)
+  gets a ``/opt/ml`` tree under ``hosts/algo-N``: ``config/resourceconfig.json`` and
+  ``config/processingjobconfig.json``, every input at the ``/opt/ml/processing/...`` LocalPath the request
+  names (FullyReplicated: all objects; ShardedByS3Key: key i to the host of rank i % n, as for training),
+  every output LocalPath created empty, and ``output/`` for ``/opt/ml/output/message``. Where the OS allows
+  a private mount namespace the host directory is bound on ``/opt/ml``, so the container paths work
+  unchanged; otherwise they are relocated into the host directory wherever the request names them
+  (entry point, arguments) and the job's log says so.
+* ``smspark-submit ...`` (the SageMaker Spark container's entry point) runs the app on a real local Spark
+  (the pyspark package's ``spark-submit``), on the primary host only (``sorted(hosts)[0]``), as smspark-submit
+  does: the other hosts are the YARN workers there, and idle here. The instance count is honoured as the
+  Spark master ``local[instance_count x cores_per_host]`` (one task slot per simulated core of every host;
+  ``cores_per_host`` = this machine's cores / instance_count, at least 1), or, with
+  ``SMDIST_LOCAL_SPARK_MASTER=local-cluster``, as ``local-cluster[instance_count, cores_per_host, MB]``:
+  one real executor JVM per simulated host (heavier: every executor is its own JVM). The configuration
+  (``conf`` input) is applied: ``spark-defaults`` as ``--conf``, ``spark-env`` exports in ``spark-env.sh``,
+  ``spark-log4j`` / ``spark-metrics`` / ``spark-hive-site`` / ``core-site`` / ``hive-site`` as files in the
+  job's ``SPARK_CONF_DIR``; YARN, Hadoop-daemon and Hive-daemon classifications have no local counterpart
+  and are reported in the log. ``--local-spark-event-logs-dir`` turns the event log on; it is copied into
+  that directory (``.inprogress`` dropped, as smspark's publisher does) and so uploaded with its output.
+* any other entry point runs as the host command on every host (``python3``/``python`` = this interpreter).
+* at the end, for a Completed job only, every ``EndOfJob`` output is uploaded from every host to its
+  ``S3Output.S3Uri`` (keys relative to the LocalPath); nothing is uploaded from a Failed or Stopped job.
+  ``Continuous`` outputs are uploaded while the job runs and once more at its end, whatever the status
+  (that is what Continuous means on SageMaker, and why event logs of a failed Spark app are there to read).
+* the exit code and the last error lines of a failed host become FailureReason (Spark's own INFO/WARN log
+  lines are left out, so the Python traceback is what shows); ``/opt/ml/output/message`` of the hosts,
+  concatenated, its first 1 KB, is ExitMessage.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from airflow_smdist.backends.local import ACCOUNT, contract, dt, last_modified, launcher
+from airflow_smdist.backends.local.store import write_json_atomic
+from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, shard
+from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.processing import is_python_command
+from airflow_smdist.storage import relative_key, safe_join
+
+OPERATION = "CreateProcessingJob"
+OPT_ML = "/opt/ml"
+PROCESSING_ROOT = "/opt/ml/processing/"
+SPARK_SUBMIT = "smspark-submit"
+CONF_FILE = "/opt/ml/processing/input/conf/configuration.json"
+EXIT_MESSAGE_LIMIT = 1024
+#: smspark-submit's options that take a value, and its one flag (smspark cli.py)
+SMSPARK_OPTIONS = ("--class", "--jars", "--py-files", "--files", "--spark-event-logs-s3-uri",
+                   "--local-spark-event-logs-dir")
+SMSPARK_FLAGS = ("-v", "--verbose")
+#: classifications that configure daemons the local Spark does not run
+NO_LOCAL_EFFECT = ("yarn-site", "yarn-env", "hadoop-env", "hadoop-log4j", "hive-env", "hive-log4j",
+                   "hive-exec-log4j")
+#: Spark's own log lines ("26/12/02 14:04:25 INFO MemoryStore: ..."): not what a FailureReason should show
+SPARK_LOG_LINE = re.compile(r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (TRACE|DEBUG|INFO|WARN) ")
+_CONTAINER_PATH = re.compile(r"(^|[=,:])/opt/ml(?=/|$|,|:)")
+
+
+class PlatformError(RuntimeError):
+    """A failure of the platform's part (staging, uploading): its message is the FailureReason."""
+
+
+def resource_config(request: dict) -> dict:
+    """A ResourceConfig-like dict (InstanceType, InstanceCount) from ProcessingResources.ClusterConfig, for
+    :func:`contract.make_cluster`. With InstancePreferences the first preference is the one that runs."""
+    cc = request["ProcessingResources"]["ClusterConfig"]
+    itype, count = cc.get("InstanceType"), cc.get("InstanceCount")
+    prefs = cc.get("InstancePreferences") or []
+    if not itype and prefs:
+        itype = prefs[0].get("InstanceType")
+        count = count or prefs[0].get("InstanceCount")
+    return {"InstanceType": itype or "ml.m5.xlarge", "InstanceCount": int(count or 1)}
+
+
+def is_spark(request: dict) -> bool:
+    entry = request["AppSpecification"].get("ContainerEntrypoint") or []
+    return bool(entry) and os.path.basename(entry[0]) == SPARK_SUBMIT
+
+
+def relocate(token: str, base: str) -> str:
+    """``token`` with every container path ``/opt/ml/...`` (at its start, after ``=``, ``,`` or ``:``) moved
+    under ``base``; unchanged when ``base`` is /opt/ml (the host runs in its own mount namespace)."""
+    if base == OPT_ML:
+        return token
+    return _CONTAINER_PATH.sub(lambda m: m.group(1) + base, token)
+
+
+def container_rel(path: str) -> str:
+    """``/opt/ml/processing/input/data`` -> ``processing/input/data`` (where it is in a host directory)."""
+    return os.path.relpath(os.path.normpath(path), OPT_ML)
+
+
+def spark_home() -> str | None:
+    """The pyspark package's Spark (its ``bin/spark-submit``), or ``SPARK_HOME``."""
+    if os.environ.get("SPARK_HOME") and os.path.exists(os.path.join(os.environ["SPARK_HOME"], "bin", "spark-submit")):
+        return os.environ["SPARK_HOME"]
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    home = list(spec.submodule_search_locations)[0]
+    return home if os.path.exists(os.path.join(home, "bin", "spark-submit")) else None
+
+
+def java_available() -> bool:
+    home = os.environ.get("JAVA_HOME")
+    return bool((home and os.path.exists(os.path.join(home, "bin", "java"))) or shutil.which("java"))
+
+
+def parse_smspark(argv: list[str]) -> dict:
+    """smspark-submit's command line (options, then the app, then its arguments verbatim), as its click
+    parser reads it (``allow_interspersed_args=False``)."""
+    opts: dict = {"verbose": False}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok in SMSPARK_FLAGS:
+            opts["verbose"] = True
+            i += 1
+            continue
+        name, eq, value = tok.partition("=")
+        if name in SMSPARK_OPTIONS:
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise ValueError(f"smspark-submit: option {name} requires a value")
+                value = argv[i + 1]
+                i += 1
+            opts[name.lstrip("-").replace("-", "_")] = value
+            i += 1
+            continue
+        if tok.startswith("-"):
+            raise ValueError(f"smspark-submit: no such option: {tok} (it takes {', '.join(SMSPARK_OPTIONS)}, "
+                             "-v; configure Spark through the configuration classifications)")
+        opts["app"] = tok
+        opts["app_arguments"] = list(argv[i + 1:])
+        return opts
+    raise ValueError("smspark-submit: missing parameter: app")
+
+
+def check_request(request: dict) -> None:
+    """What the local backend cannot run, refused before anything is written, with the way out."""
+    app = request["AppSpecification"]
+    entry = app.get("ContainerEntrypoint")
+    if not entry:
+        raise SpecError("AppSpecification.ContainerEntrypoint",
+                        f"is not set, so {app.get('ImageUri')!r} would run its own built-in command, which needs "
+                        "Docker or SageMaker.",
+                        "give the command (e.g. ['python3', '/opt/ml/processing/input/code/preprocess.py'], or "
+                        "build the request with processing_request(code=...) / pyspark_processing_request), or "
+                        "use backend='sagemaker'.")
+    for i, inp in enumerate(request.get("ProcessingInputs") or []):
+        where = f"ProcessingInputs[{inp.get('InputName', i)}]"
+        if inp.get("DatasetDefinition"):
+            raise SpecError(f"{where}.DatasetDefinition", "Athena / Redshift dataset definitions run queries in AWS.",
+                            "export the data to S3 (or file://) and give an S3Input, or use backend='sagemaker'.")
+        s3 = inp.get("S3Input")
+        if not s3:
+            continue
+        if s3.get("S3InputMode", "File") == "Pipe":
+            raise SpecError(f"{where}.S3Input.S3InputMode", "Pipe mode is not emulated by the local backend.",
+                            "use File locally.")
+        local = s3.get("LocalPath") or ""
+        if not inp.get("AppManaged") and not (local.startswith(PROCESSING_ROOT) and ".." not in local.split("/")):
+            raise SpecError(f"{where}.S3Input.LocalPath", f"{local!r} is not under {PROCESSING_ROOT}.",
+                            f"give a path under {PROCESSING_ROOT} (the processing container contract).")
+    for i, out in enumerate((request.get("ProcessingOutputConfig") or {}).get("Outputs") or []):
+        where = f"ProcessingOutputConfig.Outputs[{out.get('OutputName', i)}]"
+        if out.get("FeatureStoreOutput"):
+            raise SpecError(f"{where}.FeatureStoreOutput", "Feature Store ingestion needs SageMaker.",
+                            "write an S3Output (or file://) instead, or use backend='sagemaker'.")
+        s3 = out.get("S3Output") or {}
+        local = s3.get("LocalPath") or ""
+        if s3 and not out.get("AppManaged") and not (local.startswith(PROCESSING_ROOT)
+                                                      and ".." not in local.split("/")):
+            raise SpecError(f"{where}.S3Output.LocalPath", f"{local!r} is not under {PROCESSING_ROOT}.",
+                            f"give a path under {PROCESSING_ROOT}.")
+    if is_spark(request):
+        try:
+            parse_smspark(list(entry[1:]) + list(app.get("ContainerArguments") or []))
+        except ValueError as e:
+            raise SpecError("AppSpecification.ContainerEntrypoint", str(e), "fix the smspark-submit command.") from None
+        if spark_home() is None:
+            raise SpecError("AppSpecification.ContainerEntrypoint",
+                            "smspark-submit runs on a local Spark, but the pyspark package is not installed here.",
+                            "pip install 'airflow-smdist[local]' (pyspark), or use backend='sagemaker'.")
+        if not java_available():
+            raise SpecError("AppSpecification.ContainerEntrypoint",
+                            "smspark-submit runs on a local Spark, which needs Java (17 or 21), and there is none "
+                            "on PATH or in JAVA_HOME.", "install a JDK (e.g. apt-get install openjdk-17-jre-headless).")
+        return
+    head = entry[0]
+    if not (is_python_command(head) or head.startswith(OPT_ML + "/") or shutil.which(head)):
+        raise SpecError("AppSpecification.ContainerEntrypoint[0]",
+                        f"{head!r} is a command of the container image and is not on this machine.",
+                        "use python3 (runs on this interpreter), a script under /opt/ml/processing, a command "
+                        "installed here, or backend='sagemaker'.")
+
+
+class ProcessingSupervisor(JobSupervisor):
+    kind = "processing"
+
+    def __init__(self, job_dir: Path) -> None:
+        super().__init__(job_dir)
+        self.uploaded: dict[str, str] = {}  # "<host>:<uri>" -> size:mtime of the file uploaded there
+        self.clashes: set[str] = set()  # URIs two hosts wrote (warned about once)
+        self.spark: dict | None = None  # the Spark run's event-log directories, once launched
+
+    # -- staging ---------------------------------------------------------------------------------
+    def inputs(self) -> list[dict]:
+        return [i for i in self.request.get("ProcessingInputs") or [] if i.get("S3Input") and not i.get("AppManaged")]
+
+    def outputs(self) -> list[dict]:
+        return [o for o in (self.request.get("ProcessingOutputConfig") or {}).get("Outputs") or []
+                if o.get("S3Output") and not o.get("AppManaged")]
+
+    def processing_job_config(self) -> dict:
+        """``/opt/ml/config/processingjobconfig.json``: the whole request as the platform echoes it."""
+        req = json.loads(json.dumps(self.request))
+        req.pop("Tags", None)
+        req["ProcessingJobArn"] = self.state.get("arn") or self.arn()
+        app = req["AppSpecification"]
+        app.setdefault("ContainerEntrypoint", None)
+        app.setdefault("ContainerArguments", None)
+        req.setdefault("Environment", {})
+        req.setdefault("StoppingCondition", {"MaxRuntimeInSeconds": 86400})
+        req["ProcessingResources"]["ClusterConfig"].setdefault("VolumeKmsKeyId", None)
+        for inp in req.get("ProcessingInputs") or []:
+            s3 = inp.get("S3Input")
+            if s3:
+                for key, default in (("S3InputMode", "File"), ("S3DataDistributionType", "FullyReplicated"),
+                                     ("S3CompressionType", "None")):
+                    s3.setdefault(key, default)
+        if req.get("ProcessingOutputConfig"):
+            req["ProcessingOutputConfig"].setdefault("KmsKeyId", None)
+        return req
+
+    def arn(self) -> str:
+        region = self.state.get("region", "us-east-1")
+        return f"arn:aws:sagemaker:{region}:{ACCOUNT}:processing-job/{self.name.lower()}"
+
+    def stage(self, cluster: contract.Cluster) -> None:
+        listings = {}
+        for inp in self.inputs():
+            s3 = inp["S3Input"]
+            if s3.get("S3DataType", "S3Prefix") == "ManifestFile":
+                listings[inp["InputName"]] = self.manifest_objects(s3["S3Uri"])
+            else:
+                listings[inp["InputName"]] = (s3["S3Uri"], self.storage.list(s3["S3Uri"]))
+            if not listings[inp["InputName"]][1]:
+                raise PlatformError(f"ClientError: No S3 objects found under S3 URL \"{s3['S3Uri']}\" given in input "
+                                    f"data source {inp['InputName']!r}. Please ensure that the bucket exists in the "
+                                    "selected region, that objects exist under that S3 prefix, and that the role has "
+                                    "access.")
+        job_config = self.processing_job_config()
+        order = cluster.names
+        for host in cluster.hosts:
+            hd = self.host_dir(host)
+            for sub in ("config", "output", "processing"):
+                (hd / sub).mkdir(parents=True, exist_ok=True)
+            write_json_atomic(hd / "config" / "resourceconfig.json", contract.resource_config_json(cluster, host))
+            write_json_atomic(hd / "config" / "processingjobconfig.json", job_config)
+            staged = {}
+            for inp in self.inputs():
+                s3 = inp["S3Input"]
+                prefix, objects = listings[inp["InputName"]]
+                if s3.get("S3DataDistributionType") == "ShardedByS3Key":
+                    objects = shard(objects, order.index(host.address), len(order))
+                dest = safe_join(hd, container_rel(s3["LocalPath"]))
+                dest.mkdir(parents=True, exist_ok=True)
+                for obj in objects:
+                    self.storage.download(obj.uri, safe_join(dest, relative_key(prefix, obj)))
+                staged[inp["InputName"]] = len(objects)
+            for out in self.outputs():
+                safe_join(hd, container_rel(out["S3Output"]["LocalPath"])).mkdir(parents=True, exist_ok=True)
+            if staged:
+                self.say(f"{host.label} ({host.address}): " + ", ".join(f"{n}: {c} object(s)" for n, c in staged.items()))
+
+    # -- outputs ---------------------------------------------------------------------------------
+    def upload_outputs(self, cluster: contract.Cluster, modes: tuple[str, ...]) -> dict[str, int]:
+        """Upload every output of ``modes`` from every host; unchanged files are not uploaded twice."""
+        seen, warned = self.uploaded, self.clashes
+        counts: dict[str, int] = {}
+        writers: dict[str, str] = {}
+        for out in self.outputs():
+            s3 = out["S3Output"]
+            if s3.get("S3UploadMode", "EndOfJob") not in modes:
+                continue
+            counts.setdefault(out["OutputName"], 0)
+            base_uri = s3["S3Uri"].rstrip("/")
+            for host in cluster.hosts:
+                root = self.host_dir(host) / container_rel(s3["LocalPath"])
+                if not root.is_dir():
+                    continue
+                for dirpath, dirs, files in os.walk(root):
+                    dirs.sort()
+                    for f in sorted(files):
+                        p = Path(dirpath) / f
+                        key = p.relative_to(root).as_posix()
+                        uri = f"{base_uri}/{key}"
+                        if uri in writers and writers[uri] != host.label and uri not in warned:
+                            warned.add(uri)
+                            self.say(f"warning: {s3['LocalPath']}/{key} was written by both {writers[uri]} and "
+                                     f"{host.label}; on SageMaker the hosts' files land under one S3 prefix, so the "
+                                     "last one uploaded wins: give each host its own file names")
+                        writers[uri] = host.label
+                        try:
+                            st = p.stat()
+                        except FileNotFoundError:
+                            continue
+                        stamp = f"{st.st_size}:{st.st_mtime_ns}"
+                        if seen.get(f"{host.label}:{uri}") == stamp:
+                            continue
+                        self.storage.upload(p, uri)
+                        seen[f"{host.label}:{uri}"] = stamp
+                        counts[out["OutputName"]] += 1
+        return counts
+
+    def copy_event_logs(self) -> None:
+        """smspark's publisher: Spark writes events to a private directory; they are copied into the
+        ``--local-spark-event-logs-dir`` (``.inprogress`` dropped) for the output to upload."""
+        spark = self.spark
+        if not spark or not spark.get("events_tmp") or not spark.get("events_dir"):
+            return
+        src, dst = Path(spark["events_tmp"]), Path(spark["events_dir"])
+        if not src.is_dir():
+            return
+        dst.mkdir(parents=True, exist_ok=True)
+        for dirpath, dirs, files in os.walk(src):
+            dirs.sort()
+            rel = Path(dirpath).relative_to(src)
+            for f in sorted(files):
+                if f.endswith(".crc"):
+                    continue
+                target = dst / rel / f.replace(".inprogress", "")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    shutil.copyfile(Path(dirpath) / f, target)
+                except FileNotFoundError:  # renamed by Spark meanwhile (.inprogress -> final): next time
+                    continue
+
+    def periodic(self) -> None:
+        self.copy_event_logs()
+        try:
+            self.upload_outputs(self.cluster, ("Continuous",))
+        except Exception as e:  # noqa: BLE001 - a failed Continuous upload is retried next time
+            self.say(f"warning: Continuous upload failed, will retry: {e}")
+
+    # -- running ---------------------------------------------------------------------------------
+    def host_env(self, host: contract.Host, base: str, n_cpus: int) -> dict[str, str]:
+        env = dict(os.environ)
+        region = self.state.get("region", "us-east-1")
+        env.update({"AWS_REGION": region, "AWS_DEFAULT_REGION": env.get("AWS_DEFAULT_REGION") or region,
+                    "SAGEMAKER_BASE_DIR": base, "PYTHONUNBUFFERED": "1",
+                    "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS") or str(n_cpus)})
+        env.update(self.request.get("Environment") or {})
+        return env
+
+    def command(self, entry: list[str], base: str) -> list[str]:
+        cmd = [relocate(t, base) for t in entry]
+        if cmd and is_python_command(cmd[0]):
+            cmd[0] = sys.executable
+        return cmd
+
+    def launch(self, cluster: contract.Cluster, isolation: str) -> None:
+        app = self.request["AppSpecification"]
+        argv = list(app["ContainerEntrypoint"]) + list(app.get("ContainerArguments") or [])
+        n_cpus = max(1, (os.cpu_count() or 1) // len(cluster.hosts))
+        if is_spark(self.request):
+            self.launch_spark(cluster, isolation, argv, n_cpus)
+        else:
+            for host in cluster.hosts:
+                hd = self.host_dir(host)
+                base = OPT_ML if isolation == "namespace" else str(hd)
+                cmd = self.command(argv, base)
+                if isolation == "namespace":
+                    cmd = launcher.wrap_in_namespace(cmd, str(hd), OPT_ML)
+                self.say(f"{host.label} ({host.address}, {host.instance_type}): {' '.join(argv)}")
+                self.start_host(host, cmd, self.host_env(host, base, n_cpus), str(hd))
+        self.save(host_pids={label: p.pid for label, p in self.procs.items()})
+
+    def launch_spark(self, cluster: contract.Cluster, isolation: str, argv: list[str], n_cpus: int) -> None:
+        primary = next(h for h in cluster.hosts if h.address == cluster.master)
+        hd = self.host_dir(primary)
+        base = OPT_ML if isolation == "namespace" else str(hd)
+        opts = parse_smspark([relocate(t, base) for t in argv[1:]])
+        outside = lambda p: relocate(p, str(hd))  # noqa: E731 - the supervisor's view of a container path
+        work = self.dir / "spark" / primary.label
+        conf_dir, events_tmp, deps_dir, cwd = work / "conf", work / "events", work / "deps", work / "work"
+        for d in (conf_dir, events_tmp, deps_dir, cwd):
+            d.mkdir(parents=True, exist_ok=True)
+        n_hosts = len(cluster.hosts)
+        env = self.host_env(primary, base, n_cpus)
+        env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                    "SPARK_LOCAL_IP": primary.address, "SPARK_CONF_DIR": str(conf_dir)})
+        home = spark_home()
+
+        conf: dict[str, str] = {}
+        configuration = self.read_configuration(hd)
+        conf.update(self.apply_configuration(configuration, conf_dir))
+        for key in ("spark.master", "spark.submit.deployMode"):
+            if conf.pop(key, None) is not None:
+                self.say(f"spark-defaults {key} is ignored: smspark-submit sets the master itself "
+                         "(yarn on SageMaker, a local master here)")
+        events_dir = opts.get("local_spark_event_logs_dir")
+        if opts.get("spark_event_logs_s3_uri") and not events_dir:
+            self.say("--spark-event-logs-s3-uri: the local Spark has no s3a client; the event log is kept in the "
+                     f"job directory ({events_tmp}) instead")
+        if events_dir or opts.get("spark_event_logs_s3_uri"):
+            conf["spark.eventLog.enabled"] = "true"
+            conf["spark.eventLog.dir"] = "file://" + str(events_tmp)
+            # one plain JSON-lines file per app, as the SageMaker Spark 3.x containers write it and its history
+            # server reads it (Spark 4 defaults to rolling, zstd-compressed logs); spark-defaults may override
+            conf.setdefault("spark.eventLog.rolling.enabled", "false")
+            conf.setdefault("spark.eventLog.compress", "false")
+        mode = os.environ.get("SMDIST_LOCAL_SPARK_MASTER", "local")
+        if mode == "local-cluster":
+            mem = _megabytes(conf.get("spark.executor.memory", "1g"))
+            master = f"local-cluster[{n_hosts},{n_cpus},{mem}]"
+            why = f"{n_hosts} executor JVM(s) (one per host) x {n_cpus} core(s), {mem} MB each"
+            home = self.shadow_spark_home(home, work / "spark-home")
+        elif mode == "local":
+            master = f"local[{n_hosts * n_cpus}]"
+            why = (f"{n_hosts * n_cpus} task slot(s) = {n_hosts} host(s) x {n_cpus} core(s) per host, in one "
+                   "driver JVM")
+        else:
+            raise PlatformError(f"SMDIST_LOCAL_SPARK_MASTER={mode!r}: use 'local' (default) or 'local-cluster'")
+        conf.setdefault("spark.driver.host", primary.address)
+        conf.setdefault("spark.driver.bindAddress", primary.address)
+
+        env["SPARK_HOME"] = home
+        cmd = [os.path.join(home, "bin", "spark-submit"), "--master", master]
+        if opts.get("verbose"):
+            cmd.append("--verbose")
+        if opts.get("class"):
+            cmd += ["--class", opts["class"]]
+        for opt in ("jars", "py_files", "files"):
+            if opts.get(opt):
+                cmd += [f"--{opt.replace('_', '-')}", self.expand_deps(opts[opt], outside, deps_dir)]
+        for key in sorted(conf):
+            cmd += ["--conf", f"{key}={conf[key]}"]
+        cmd += [opts["app"], *opts["app_arguments"]]
+        events_out = next((o["S3Output"]["S3Uri"] for o in self.outputs() if events_dir and
+                           outside(o["S3Output"]["LocalPath"]).rstrip("/") == outside(events_dir).rstrip("/")), None)
+        self.spark = {"events_tmp": str(events_tmp) if "spark.eventLog.dir" in conf else None,
+                      "events_dir": outside(events_dir) if events_dir else None, "events_uri": events_out,
+                      "master": master}
+        self.save(spark={"master": master, "command": cmd, "primary": primary.label})
+        self.say(f"{primary.label} ({primary.address}) is the Spark primary (sorted(hosts)[0]); smspark-submit runs "
+                 f"spark-submit there: master {master}: {why}")
+        self.say(f"Spark UI on http://{primary.address}:4040 while the app runs (the next free port if taken)")
+        for host in cluster.hosts:
+            if host is not primary:
+                self.host_line(host, f"smspark-submit: worker host of the Spark cluster; the application runs on "
+                                     f"the primary {primary.address} ({primary.label}), whose master {master} "
+                                     "counts this host's cores")
+        if isolation == "namespace":
+            cmd = launcher.wrap_in_namespace(cmd, str(hd), str(cwd))
+        self.start_host(primary, cmd, env, str(cwd))
+
+    @staticmethod
+    def shadow_spark_home(home: str, shadow: Path) -> str:
+        """A SPARK_HOME of links to the real one but with its own ``work/``: local-cluster workers put their
+        executors' directories under ``$SPARK_HOME/work`` (they take no other), which must stay in the job."""
+        shadow.mkdir(parents=True, exist_ok=True)
+        (shadow / "work").mkdir(exist_ok=True)
+        for entry in os.listdir(home):
+            if entry != "work" and not (shadow / entry).exists():
+                (shadow / entry).symlink_to(os.path.join(home, entry))
+        return str(shadow)
+
+    def say_event_log(self) -> None:
+        """Where the Spark UI can be replayed from, once the event log is out."""
+        uri = (self.spark or {}).get("events_uri")
+        if uri:
+            self.say(f"Spark event log: {uri} (the Spark UI of this run: a history server with "
+                     "spark.history.fs.logDirectory pointing there, e.g. pyspark's sbin/start-history-server.sh, or "
+                     "SageMaker's PySparkProcessor.start_history_server)")
+
+    def host_line(self, host: contract.Host, message: str) -> None:
+        with open(self.dir / "logs" / f"{host.label}.jsonl", "a") as f:
+            f.write(json.dumps({"t": time.time(), "m": message}) + "\n")
+
+    def expand_deps(self, value: str, outside, deps_dir: Path) -> str:
+        """smspark's _get_list_of_files: a directory becomes the files in it; s3:// (and file://) URIs are
+        fetched into the job directory, because the local Spark has no s3a client."""
+        out = []
+        for item in value.split(","):
+            if not item:
+                continue
+            if "://" in item:
+                target = deps_dir / os.path.basename(item.split("://", 1)[1].rstrip("/"))
+                self.storage.download(item, target)
+                out.append(str(target))
+                continue
+            path = Path(outside(item))
+            if path.is_dir():
+                files = sorted(str(f) for f in path.iterdir() if f.is_file())
+                if not files:
+                    raise PlatformError(f"ClientError: smspark-submit found zero files in {item}")
+                out += files
+            elif path.is_file():
+                out.append(str(path))
+            else:
+                raise PlatformError(f"ClientError: smspark-submit: file path {item} does not exist")
+        return ",".join(out)
+
+    def read_configuration(self, hd: Path) -> list[dict]:
+        path = safe_join(hd, container_rel(CONF_FILE))
+        if not path.exists():
+            return []
+        data = json.loads(path.read_text())
+        return data if isinstance(data, list) else [data]
+
+    def apply_configuration(self, configuration: list[dict], conf_dir: Path) -> dict[str, str]:
+        """Write the classifications into the job's SPARK_CONF_DIR; return the spark-defaults (as --conf)."""
+        defaults: dict[str, str] = {}
+        env_lines, log4j, metrics, site = [], {}, {}, {}
+        for entry in configuration:
+            name, props = entry.get("Classification"), entry.get("Properties") or {}
+            if name == "spark-defaults":
+                defaults.update(props)
+            elif name == "spark-env":
+                for sub in entry.get("Configurations") or []:
+                    if sub.get("Classification") == "export":
+                        env_lines += [f"export {k}={v}" for k, v in (sub.get("Properties") or {}).items()]
+            elif name == "spark-log4j":
+                log4j.update(props)
+            elif name == "spark-metrics":
+                metrics.update(props)
+            elif name in ("core-site", "hive-site", "spark-hive-site"):
+                site.setdefault("core-site.xml" if name == "core-site" else "hive-site.xml", {}).update(props)
+            elif name in NO_LOCAL_EFFECT:
+                self.say(f"configuration {name}: no effect on the local backend (it configures a YARN, Hadoop or "
+                         "Hive daemon the local Spark does not run)")
+        if env_lines:
+            (conf_dir / "spark-env.sh").write_text("\n".join(env_lines) + "\n")
+        if log4j:
+            (conf_dir / "log4j2.properties").write_text(_log4j2_properties(log4j))
+        if metrics:
+            (conf_dir / "metrics.properties").write_text("".join(f"{k}={v}\n" for k, v in metrics.items()))
+        for fname, props in site.items():
+            body = "".join(f"  <property>\n    <name>{_xml(k)}</name>\n    <value>{_xml(v)}</value>\n  </property>\n"
+                           for k, v in props.items())
+            (conf_dir / fname).write_text('<?xml version="1.0"?>\n<configuration>\n' + body + "</configuration>\n")
+        applied = [e.get("Classification") for e in configuration if e.get("Classification") not in NO_LOCAL_EFFECT]
+        if applied:
+            self.say(f"configuration applied: {', '.join(applied)}")
+        return defaults
+
+    def failure_reason(self, host: contract.Host, code: int) -> str:
+        for t in self.readers:
+            t.join(timeout=5)
+        path = self.dir / "logs" / f"{host.label}.jsonl"
+        tail = [json.loads(x)["m"] for x in path.read_text().splitlines()[-400:]] if path.exists() else []
+        lines = [x for x in tail if x.strip() and not SPARK_LOG_LINE.match(x)]
+        starts = [i for i, x in enumerate(lines) if x.startswith("Traceback (most recent call last)")]
+        error_lines = lines[starts[-1]:][-16:] if starts else lines[-8:]  # the last traceback, else the tail
+        sig = f" (killed by signal {-code})" if code < 0 else ""
+        what = "spark-submit" if is_spark(self.request) else "the processing command"
+        text = (f"AlgorithmError: {what} failed with exit code {code}{sig} on host {host.label} ({host.address}):\n"
+                + "\n".join(error_lines))
+        return text[:FAILURE_LIMIT]
+
+    def exit_message(self, cluster: contract.Cluster) -> str | None:
+        parts = []
+        for host in sorted(cluster.hosts, key=lambda h: cluster.rank(h)):
+            f = self.host_dir(host) / "output" / "message"
+            if f.is_file():
+                parts.append(f.read_bytes().decode("utf-8", "replace"))
+        text = "".join(parts)
+        return text.encode("utf-8")[:EXIT_MESSAGE_LIMIT].decode("utf-8", "ignore") or None
+
+    # -- main ------------------------------------------------------------------------------------
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_sigterm)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        job_key = f"processing/{self.name}"
+        self.cluster = cluster = contract.make_cluster(resource_config(self.request), tuple(self.state["block"]))
+        status, reason, stage_done = "Failed", None, False
+        try:
+            self.save(status="InProgress", started=time.time(), arn=self.arn(),
+                      hosts=[{"label": h.label, "address": h.address, "instance_type": h.instance_type}
+                             for h in cluster.hosts])
+            isolation = self.state.get("isolation", "none")
+            if isolation == "none":
+                self.say("hosts run WITHOUT their own mount namespace (not root and no user namespaces, or "
+                         "SMDIST_LOCAL_ISOLATION=none): /opt/ml paths in the entry point and arguments are relocated "
+                         "into each host's directory, and SAGEMAKER_BASE_DIR says where it is; paths hard-coded "
+                         "inside scripts will not resolve")
+            self.secondary("Downloading", "Downloading input data")
+            self.stage(cluster)
+            stage_done = True
+            if self.stop_requested or (self.dir / "stop").exists():
+                status = "Stopped"
+            else:
+                self.secondary("Processing", f"Processing on {len(cluster.hosts)} host(s): "
+                               + ", ".join(f"{h.label}={h.address}" for h in cluster.hosts))
+                self.launch(cluster, isolation)
+                status, secondary, reason = self.watch(cluster)
+                if secondary == "MaxRuntimeExceeded":
+                    self.say(f"the job exceeded MaxRuntimeInSeconds={self.max_runtime():.0f} and was stopped")
+                for t in self.readers:
+                    t.join(timeout=10)
+            self.copy_event_logs()
+            modes = ("Continuous", "EndOfJob") if status == "Completed" else ("Continuous",)
+            if status == "Completed":
+                self.secondary("Uploading", "Uploading output data")
+            elif any(o["S3Output"].get("S3UploadMode", "EndOfJob") == "EndOfJob" for o in self.outputs()):
+                self.say(f"job {status}: EndOfJob outputs are not uploaded")
+            counts = self.upload_outputs(cluster, modes)
+            if counts:
+                self.say("uploaded: " + ", ".join(f"{n}: {c} file(s)" for n, c in counts.items()))
+            self.say_event_log()
+        except Exception as e:  # noqa: BLE001 - any platform error fails the job with its reason
+            self.log.write(traceback.format_exc())
+            if self.procs:
+                self.end_all(5)
+            status = "Failed"
+            if isinstance(e, PlatformError):
+                reason = str(e)
+            else:  # staging reads the user's data (their error); after it, ours
+                reason = f"{'InternalServerError' if stage_done else 'ClientError'}: {type(e).__name__}: {e}"
+            reason = reason[:FAILURE_LIMIT]
+        finally:
+            self.store.release_block(job_key)
+        self.secondary(status, {"Completed": "Processing job completed", "Failed": "Processing job failed",
+                                "Stopped": "Processing job stopped"}[status])
+        self.state["transitions"][-1]["end"] = time.time()
+        self.save(status=status, failure_reason=reason, exit_message=self.exit_message(cluster), ended=time.time())
+        return 0 if status == "Completed" else 1
+
+
+def _megabytes(value: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", str(value).lower())
+    if not m:
+        return 1024
+    n, unit = int(m.group(1)), m.group(2)
+    return max(1, {"k": n // 1024, "": n // (1024 * 1024), "m": n, "g": n * 1024, "t": n * 1024 * 1024}[unit])
+
+
+def _xml(text: str) -> str:
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _log4j2_properties(props: dict[str, str]) -> str:
+    """A log4j2.properties: Spark's default console setup, then the classification's properties. log4j 1
+    style root settings (``log4j.rootCategory=WARN, console``, as older Spark containers take them) set the
+    root level; ``log4j.logger.<name>=LEVEL`` a logger's level."""
+    lines = ["rootLogger.level = info", "rootLogger.appenderRef.stdout.ref = console",
+             "appender.console.type = Console", "appender.console.name = console",
+             "appender.console.target = SYSTEM_ERR", "appender.console.layout.type = PatternLayout",
+             "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"]
+    n = 0
+    for key, value in props.items():
+        if key in ("log4j.rootCategory", "log4j.rootLogger"):
+            lines.append(f"rootLogger.level = {value.split(',')[0].strip().lower()}")
+        elif key.startswith("log4j.logger."):
+            n += 1
+            lines += [f"logger.smdist{n}.name = {key[len('log4j.logger.'):]}",
+                      f"logger.smdist{n}.level = {value.split(',')[0].strip().lower()}"]
+        elif key.startswith("log4j."):
+            continue  # appender settings of log4j 1 have no log4j2 counterpart here
+        else:
+            lines.append(f"{key} = {value}")
+    return "\n".join(lines) + "\n"
+
+
+def describe(backend, request: dict, state: dict) -> dict:
+    """DescribeProcessingJob's response for a local job."""
+    name = request["ProcessingJobName"]
+    d: dict = {
+        "ProcessingJobName": name,
+        "ProcessingJobArn": backend.arn("processing", name),
+        "ProcessingJobStatus": state["status"],
+        "ProcessingResources": request["ProcessingResources"],
+        "AppSpecification": request["AppSpecification"],
+        "RoleArn": request.get("RoleArn"),
+        "CreationTime": dt(state.get("created")),
+        "LastModifiedTime": last_modified(state),
+    }
+    for key in ("ProcessingInputs", "ProcessingOutputConfig", "StoppingCondition", "Environment", "NetworkConfig",
+                "ExperimentConfig"):
+        if request.get(key):
+            d[key] = request[key]
+    if state.get("started"):
+        d["ProcessingStartTime"] = dt(state["started"])
+    if state.get("ended"):
+        d["ProcessingEndTime"] = dt(state["ended"])
+    if state.get("failure_reason"):
+        d["FailureReason"] = state["failure_reason"]
+    if state.get("exit_message"):
+        d["ExitMessage"] = state["exit_message"]
+    return d
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return ProcessingSupervisor(Path(argv[0])).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,400 @@
+"""Local batch transform: ``python -m airflow_smdist.backends.local.transform <job dir>`` (the supervisor) and
+``... --worker <job dir> <algo-N>`` (one simulated instance).
+
+The supervisor does what the batch transform platform does: it finds the job's model (CreateModel, kept
+by this module in ``<root>/models/<name>.json``), lists the input (S3Prefix or ManifestFile), maps whole
+objects to the ``InstanceCount`` instances (keys sorted, object *i* to the instance of rank *i mod n*;
+never one object over two instances), gives each instance its own ``/opt/ml/model`` (model.tar.gz
+extracted; the inference code of a ``sourcedir.tar.gz`` ``SAGEMAKER_SUBMIT_DIRECTORY`` beside it), and
+starts one worker process per instance that has objects: instances run in parallel on the cores, each
+in its own mount namespace with its directory on ``/opt/ml`` where the OS allows it. Each worker loads the
+model once with the inference toolkit's handlers (:mod:`.inference`), splits, batches and transforms its
+objects (``MaxConcurrentTransforms`` requests in flight), and writes ``<S3OutputPath>/<key below the
+prefix>.out`` for an object only when the whole object succeeded. A failing record fails the job; its
+FailureReason names the object and the record. Statuses are DescribeTransformJob's
+(InProgress, Completed, Failed, Stopping, Stopped); StopTransformJob ends every worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tarfile
+import time
+import traceback
+from pathlib import Path
+
+from airflow_smdist.backends.base import BackendError
+from airflow_smdist.backends.local import ACCOUNT, contract, dt, launcher
+from airflow_smdist.backends.local import inference
+from airflow_smdist.backends.local.store import read_json, write_json_atomic
+from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, shard
+from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.sharding import output_uri
+from airflow_smdist.storage import Storage, relative_key
+
+OPERATION = "CreateTransformJob"
+MODELS_DIR = "models"
+#: SplitTypes the local workers split (RecordIO / TFRecord need SageMaker)
+LOCAL_SPLIT_TYPES = ("None", "Line")
+
+
+class PlatformError(Exception):
+    """A failure of the platform's own steps; the message is the job's FailureReason as it stands."""
+
+
+# -- models (CreateModel / DescribeModel / DeleteModel) -------------------------------------------------------
+def model_arn(backend, name: str) -> str:
+    return f"arn:aws:sagemaker:{backend.region}:{ACCOUNT}:model/{name.lower()}"
+
+
+def _model_path(root: Path, name: str) -> Path:
+    if not name or "/" in name or name.startswith("."):
+        raise SpecError("ModelName", f"{name!r} is not a model name.", "give the name the model was created with.")
+    return Path(root) / MODELS_DIR / f"{name}.json"
+
+
+def check_model(request: dict) -> None:
+    """What the local backend cannot serve, refused before anything is written."""
+    if request.get("Containers") and not request.get("PrimaryContainer"):
+        raise SpecError("Containers", "inference pipelines (several containers) are not run by the local backend.",
+                        "give one PrimaryContainer, or use backend='sagemaker'.")
+    container = request.get("PrimaryContainer")
+    if not container:
+        raise SpecError("PrimaryContainer", "is required by the local backend.",
+                        "give PrimaryContainer={'Image': ..., 'ModelDataUrl': 's3://.../model.tar.gz'}.")
+    if container.get("Mode") == "MultiModel":
+        raise SpecError("PrimaryContainer.Mode", "multi-model containers are not served by the local backend.",
+                        "use Mode='SingleModel', or backend='sagemaker'.")
+    source = (container.get("ModelDataSource") or {}).get("S3DataSource")
+    if not container.get("ModelDataUrl") and not source:
+        raise SpecError("PrimaryContainer.ModelDataUrl", "is required: the local backend runs the model's artifact.",
+                        "give the model.tar.gz URI (a training job's ModelArtifacts.S3ModelArtifacts).")
+    if source and source.get("S3DataType") == "S3Object" and source.get("CompressionType") != "Gzip":
+        raise SpecError("PrimaryContainer.ModelDataSource.S3DataSource.CompressionType",
+                        "an S3Object model must be a gzip tarball here.", "give CompressionType='Gzip'.")
+
+
+def create_model(backend, request: dict) -> str:
+    """CreateModel on the local backend: validated, stored as ``<root>/models/<name>.json``. Returns the
+    ARN. A second model of the same name fails as SageMaker fails it."""
+    from airflow_smdist.specs.validate import validate_request
+
+    validate_request("CreateModel", request, allow_local_uris=True)
+    check_model(request)
+    name = request["ModelName"]
+    path = _model_path(backend.store.root, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arn = model_arn(backend, name)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        raise BackendError(f'Cannot create already existing model "{arn}".', code="ValidationException",
+                           operation="CreateModel") from None
+    with os.fdopen(fd, "w") as f:
+        json.dump({"request": request, "created": time.time(), "arn": arn}, f, indent=1, sort_keys=True)
+    return arn
+
+
+def _stored_model(root: Path, backend_region: str, name: str, operation: str) -> dict:
+    record = read_json(_model_path(root, name))
+    if record is None:
+        arn = f"arn:aws:sagemaker:{backend_region}:{ACCOUNT}:model/{name.lower()}"
+        raise BackendError(f'Could not find model "{arn}".', code="ValidationException", operation=operation)
+    return record
+
+
+def describe_model(backend, name: str) -> dict:
+    """DescribeModel's response for a local model. Raises BackendError (ValidationException) if missing."""
+    record = _stored_model(backend.store.root, backend.region, name, "DescribeModel")
+    req = record["request"]
+    d = {"ModelName": req["ModelName"], "ModelArn": record["arn"], "CreationTime": dt(record["created"]),
+         "EnableNetworkIsolation": bool(req.get("EnableNetworkIsolation", False))}
+    for key in ("PrimaryContainer", "Containers", "InferenceExecutionConfig", "ExecutionRoleArn", "VpcConfig"):
+        if req.get(key):
+            d[key] = req[key]
+    return d
+
+
+def delete_model(backend, name: str) -> None:
+    _stored_model(backend.store.root, backend.region, name, "DeleteModel")
+    _model_path(backend.store.root, name).unlink()
+
+
+def list_models(backend) -> list[str]:
+    base = Path(backend.store.root) / MODELS_DIR
+    return sorted(p.stem for p in base.glob("*.json")) if base.is_dir() else []
+
+
+# -- the request ------------------------------------------------------------------------------------------
+def check_request(request: dict) -> None:
+    """What the local backend cannot run, refused before anything is written, with the way out."""
+    ti = request["TransformInput"]
+    split = ti.get("SplitType") or "None"
+    if split not in LOCAL_SPLIT_TYPES:
+        raise SpecError("TransformInput.SplitType", f"{split!r} records are not split by the local backend.",
+                        "use SplitType None or Line locally, or backend='sagemaker' for RecordIO / TFRecord.")
+    data_type = ti["DataSource"]["S3DataSource"]["S3DataType"]
+    if data_type not in ("S3Prefix", "ManifestFile"):
+        raise SpecError("TransformInput.DataSource.S3DataSource.S3DataType",
+                        f"{data_type!r} inputs are not supported by batch transform locally.",
+                        "use S3Prefix or ManifestFile.")
+    if request.get("DataProcessing") and any(request["DataProcessing"].get(k) not in (None, "$")
+                                             for k in ("InputFilter", "OutputFilter")):
+        import importlib.util
+
+        if importlib.util.find_spec("jsonpath_ng") is None:
+            raise SpecError("DataProcessing", "JSONPath filters need jsonpath-ng on this machine.",
+                            "pip install 'airflow-smdist[local]' (or jsonpath-ng).")
+    payload = request.get("MaxPayloadInMB")
+    concurrent = request.get("MaxConcurrentTransforms")
+    if payload is not None and payload > 100:
+        raise SpecError("MaxPayloadInMB", f"{payload} is above the maximum 100.", "use at most 100.")
+    if concurrent and (6 if payload is None else payload) * concurrent > 100:
+        raise SpecError("MaxConcurrentTransforms", "MaxConcurrentTransforms x MaxPayloadInMB is above 100.",
+                        "lower one of them.")
+
+
+def describe(backend, request: dict, state: dict) -> dict:
+    """DescribeTransformJob's response for a local job."""
+    name = request["TransformJobName"]
+    d: dict = {
+        "TransformJobName": name,
+        "TransformJobArn": backend.arn("transform", name),
+        "TransformJobStatus": state["status"],
+        "ModelName": request["ModelName"],
+        "TransformInput": request["TransformInput"],
+        "TransformOutput": request["TransformOutput"],
+        "TransformResources": request["TransformResources"],
+        "CreationTime": dt(state.get("created")),
+    }
+    for key in ("MaxConcurrentTransforms", "ModelClientConfig", "MaxPayloadInMB", "BatchStrategy", "Environment",
+                "DataCaptureConfig", "DataProcessing", "ExperimentConfig"):
+        if request.get(key) is not None:
+            d[key] = request[key]
+    if state.get("started"):
+        d["TransformStartTime"] = dt(state["started"])
+    if state.get("ended"):
+        d["TransformEndTime"] = dt(state["ended"])
+    if state.get("failure_reason"):
+        d["FailureReason"] = state["failure_reason"]
+    return d
+
+
+# -- the supervisor ---------------------------------------------------------------------------------------
+class TransformSupervisor(JobSupervisor):
+    kind = "transform"
+
+    def model(self) -> dict:
+        name = self.request["ModelName"]
+        record = read_json(_model_path(Path(self.state.get("root") or self.store.root), name))
+        if record is None:
+            arn = f"arn:aws:sagemaker:{self.state.get('region', 'us-east-1')}:{ACCOUNT}:model/{name.lower()}"
+            raise PlatformError(f'ValidationException: Could not find model "{arn}".')
+        return record["request"]
+
+    def inputs(self) -> list[dict]:
+        """[{uri, rel, output, size}] of every input object, keys sorted."""
+        src = self.request["TransformInput"]["DataSource"]["S3DataSource"]
+        out_path = self.request["TransformOutput"]["S3OutputPath"]
+        if src["S3DataType"] == "ManifestFile":
+            prefix, objects = self.manifest_objects(src["S3Uri"])
+        else:
+            prefix, objects = src["S3Uri"], self.storage.list(src["S3Uri"])
+        if not objects:
+            raise PlatformError(f"ClientError: No S3 objects found under S3 URL \"{src['S3Uri']}\" given in input "
+                                "data source. Please ensure that the bucket exists in the selected region, that "
+                                "objects exist under that S3 prefix, and that the role has access.")
+        items = []
+        for obj in sorted(objects, key=lambda o: o.key):
+            rel = relative_key(prefix, obj)
+            items.append({"uri": obj.uri, "key": obj.key, "rel": rel, "size": obj.size,
+                          "output": output_uri(out_path, rel)})
+        return items
+
+    def stage_model(self, cluster: contract.Cluster, container: dict, hosts: list[contract.Host]) -> str | None:
+        """Each instance's /opt/ml/model from the artifact, and its code/ from a sourcedir URI. Returns the code
+        directory relative to the host's /opt/ml, or None for the model's own code/."""
+        source = (container.get("ModelDataSource") or {}).get("S3DataSource")
+        url = container.get("ModelDataUrl")
+        archive = None
+        if url or (source and source.get("S3DataType") == "S3Object"):
+            archive = self.dir / "model.tar.gz"
+            self.storage.download(url or source["S3Uri"], archive)
+        submit = (container.get("Environment") or {}).get("SAGEMAKER_SUBMIT_DIRECTORY", "")
+        sourcedir = None
+        if "://" in submit:
+            sourcedir = self.dir / "sourcedir.tar.gz"
+            self.storage.download(submit, sourcedir)
+        for host in hosts:
+            hd = self.host_dir(host)
+            (hd / "output").mkdir(parents=True, exist_ok=True)
+            model_dir = hd / "model"
+            model_dir.mkdir(parents=True, exist_ok=True)
+            if archive is not None:
+                try:
+                    inference.extract_model(str(archive), str(model_dir))
+                except (tarfile.TarError, ValueError, OSError) as e:
+                    raise PlatformError(f"ClientError: the model artifact {url or source['S3Uri']} is not a valid "
+                                        f"model.tar.gz: {e}") from None
+            elif source:
+                self.storage.download_prefix(source["S3Uri"], model_dir)
+            if sourcedir is not None:
+                inference.extract_model(str(sourcedir), str(hd / "code"))
+        return "code" if sourcedir is not None else None
+
+    def worker_env(self, container: dict, host: contract.Host, base: str, n_cpus: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(container.get("Environment") or {})
+        env.update(self.request.get("Environment") or {})
+        env["SAGEMAKER_BATCH"] = "true"
+        env["SAGEMAKER_BASE_DIR"] = base
+        if self.request.get("MaxPayloadInMB") is not None:
+            env["SAGEMAKER_MAX_PAYLOAD_IN_MB"] = str(self.request["MaxPayloadInMB"])
+        if self.request.get("BatchStrategy"):
+            env["SAGEMAKER_BATCH_STRATEGY"] = {"SingleRecord": "SINGLE_RECORD",
+                                               "MultiRecord": "MULTI_RECORD"}[self.request["BatchStrategy"]]
+        if self.request.get("MaxConcurrentTransforms"):
+            env["SAGEMAKER_MAX_CONCURRENT_TRANSFORMS"] = str(self.request["MaxConcurrentTransforms"])
+        env["SM_CURRENT_HOST"] = host.address
+        env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or str(n_cpus)
+        return env
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_sigterm)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        job_key = f"transform/{self.name}"
+        res = self.request["TransformResources"]
+        block = tuple(self.state["block"])
+        self.cluster = cluster = contract.make_cluster({"InstanceType": res["InstanceType"],
+                                                        "InstanceCount": res["InstanceCount"]}, block)
+        status, reason = "Failed", None
+        try:
+            self.save(status="InProgress", started=time.time(),
+                      hosts=[{"label": h.label, "address": h.address, "instance_type": h.instance_type}
+                             for h in cluster.hosts])
+            isolation = self.state.get("isolation", "none")
+            container = self.model()["PrimaryContainer"]
+            items = self.inputs()
+            order = cluster.names
+            work = {h.label: shard([_Key(i) for i in items], order.index(h.address), len(order))
+                    for h in cluster.hosts}
+            busy = [h for h in cluster.hosts if work[h.label]]
+            self.say(f"{len(items)} object(s) over {len(cluster.hosts)} instance(s) ({res['InstanceType']}): "
+                     + ", ".join(f"{h.label}={h.address}: {len(work[h.label])}" for h in cluster.hosts))
+            for h in cluster.hosts:
+                if not work[h.label]:
+                    self.say(f"{h.label} gets no object and stays idle (SageMaker maps whole objects to instances)")
+            if self.request.get("DataCaptureConfig"):
+                self.say("DataCaptureConfig is not emulated by the local backend: no capture is written")
+            self.say(f"Downloading the model artifact for {self.request['ModelName']}")
+            code_rel = self.stage_model(cluster, container, busy)
+            defaults = inference.defaults_for_image(container.get("Image"))
+            if self.stop_requested or (self.dir / "stop").exists():
+                status = "Stopped"
+            else:
+                n_cpus = max(1, (os.cpu_count() or 1) // len(busy))
+                for host in busy:
+                    hd = self.host_dir(host)
+                    base = "/opt/ml" if isolation == "namespace" else str(hd)
+                    write_json_atomic(hd / "worker.json", {
+                        "objects": [k.item for k in work[host.label]], "base": base, "code": code_rel,
+                        "defaults": defaults})
+                    cmd = [sys.executable, "-m", "airflow_smdist.backends.local.transform", "--worker", str(self.dir),
+                           host.label]
+                    if isolation == "namespace":
+                        cmd = launcher.wrap_in_namespace(cmd, str(hd), "/opt/ml")
+                    self.start_host(host, cmd, self.worker_env(container, host, base, n_cpus), str(hd))
+                self.save(host_pids={label: p.pid for label, p in self.procs.items()})
+                self.say(f"Transforming on {len(busy)} instance(s) with the {defaults} inference defaults")
+                status, _secondary, reason = self.watch(cluster)
+                for t in self.readers:
+                    t.join(timeout=10)
+        except PlatformError as e:
+            status, reason = "Failed", str(e)[:FAILURE_LIMIT]
+        except Exception as e:  # noqa: BLE001 - any platform error fails the job with its reason
+            self.log.write(traceback.format_exc())
+            if self.procs:
+                self.end_all(5)
+            status, reason = "Failed", f"InternalServerError: {type(e).__name__}: {e}"[:FAILURE_LIMIT]
+        finally:
+            self.store.release_block(job_key)
+        self.say({"Completed": "Transform job completed", "Failed": f"Transform job failed: {reason}",
+                  "Stopped": "Transform job stopped"}[status])
+        self.save(status=status, failure_reason=reason, ended=time.time())
+        return 0 if status == "Completed" else 1
+
+
+class _Key:
+    """An input item that :func:`supervisor.shard` can sort by key."""
+
+    def __init__(self, item: dict) -> None:
+        self.item = item
+        self.key = item["key"]
+
+
+# -- one instance ------------------------------------------------------------------------------------------
+def worker_main(job_dir: Path, label: str) -> int:
+    """One simulated instance: load the model once, transform its objects in key order."""
+    job_dir = Path(job_dir)
+    hd = job_dir / "hosts" / label
+    cfg = read_json(hd / "worker.json")
+    request = read_json(job_dir / "request.json")
+    state = read_json(job_dir / "state.json")
+    storage = Storage(endpoint_url=state.get("s3_endpoint_url"), region_name=state.get("region"))
+    base = cfg["base"]
+    model_dir = os.path.join(base, "model")
+    code_dir = os.path.join(base, cfg["code"]) if cfg.get("code") else inference.code_dir_for(model_dir, None)
+    settings = inference.Settings.from_request(request)
+    current = None
+    try:
+        started = time.time()
+        handler = inference.Handler(model_dir, code_dir=code_dir, defaults=cfg["defaults"])
+        user = f"{handler.module_name} from {code_dir}" if handler.user_module else "no user module (defaults only)"
+        print(f"{label}: model loaded in {time.time() - started:.2f}s ({user}); {len(cfg['objects'])} object(s)",
+              flush=True)
+        from concurrent.futures import ThreadPoolExecutor
+
+        records = 0
+        with ThreadPoolExecutor(max_workers=max(1, settings.max_concurrent_transforms)) as pool:
+            for item in cfg["objects"]:
+                current = item["uri"]
+                t0 = time.time()
+                result = inference.transform_object(handler, storage.read_bytes(item["uri"]), settings,
+                                                    name=item["uri"], executor=pool)
+                storage.write_bytes(result.output, item["output"])
+                records += result.records
+                print(f"{label}: {item['rel']}: {result.records} record(s) in {result.batches} request(s), "
+                      f"{time.time() - t0:.2f}s -> {item['output']}", flush=True)
+        print(f"{label}: done, {records} record(s) in {time.time() - started:.2f}s", flush=True)
+        return 0
+    except Exception as e:  # noqa: BLE001 - the message becomes the job's FailureReason
+        traceback.print_exc()
+        if isinstance(e, inference.TransformError):
+            message = str(e)
+        elif current:
+            message = f"{current}: {type(e).__name__}: {e}"
+        else:
+            message = f"loading the model failed: {type(e).__name__}: {e}"
+        print(f"{label}: {message}", flush=True)
+        failure = hd / "output" / "failure"
+        failure.parent.mkdir(parents=True, exist_ok=True)
+        failure.write_text(message)
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--worker":
+        return worker_main(Path(argv[1]), argv[2])
+    return TransformSupervisor(Path(argv[0])).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["OPERATION", "check_request", "create_model", "delete_model", "describe", "describe_model",
+           "list_models", "main", "model_arn"]

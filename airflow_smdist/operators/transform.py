@@ -1,0 +1,811 @@
+"""SageMakerShardedBatchInferenceOperator: batch inference over a prefix of objects, spread three ways, none lost.
+
+``fan_out`` picks the way; every other argument stays the same:
+
+* ``"transform"``: one Batch Transform job (CreateTransformJob) with ``instance_count`` instances; SageMaker
+  maps whole objects to instances.
+* ``"processing"``: one processing job whose data input is ``ShardedByS3Key`` (each of ``instance_count``
+  instances gets about 1/n of the objects) running the model's inference code over its shard with the
+  batch runner, in the model's own image.
+* ``"jobs"``: ``shards`` separate transform jobs over a split of the prefix planned by object size; each
+  shard job is retried on its own (``shard_retries``). For Airflow's dynamic task mapping, use the steps
+  separately: :class:`SageMakerBatchShardPlanOperator` -> this operator ``.partial(fan_out="jobs",
+  ...).expand(shard=plan.output)`` (Airflow retries each shard's task alone) ->
+  :class:`SageMakerBatchInferenceMergeOperator`.
+
+Whatever the way, the outputs are ``<output_uri>/<key below input_uri>.out`` (byte-identical across ways:
+the local backend and the processing runner run one engine). Before a job, a completeness check lists
+every input object; only objects without a complete output (missing, or a record count that does not
+match where records are countable) are processed, through a ManifestFile naming just them, so a re-run
+processes only what is missing. After it, the check runs again: the task fails naming every object still
+incomplete, and ``<output_uri>/_smdist/manifest.json`` maps inputs to outputs (returned via XCom, with the
+jobs that ran).
+
+The model: ``model_data`` (a model.tar.gz, e.g. ``train.output['model_artifacts']``) + ``image_uri`` or
+``framework``/``framework_version`` creates it (CreateModel; reused on retries; the inference code is
+``code/inference.py`` inside the archive, or ``entry_point`` + ``source_dir`` uploaded beside the outputs),
+or ``model_name`` alone names an existing model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
+
+from airflow_smdist._compat import AirflowException, BaseOperator
+from airflow_smdist.backends.base import OPERATIONS, TERMINAL_STATES, BackendError, JobNotFound
+from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, stable_job_name
+
+DEFAULT_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
+FAN_OUTS = ("transform", "processing", "jobs")
+MAX_GENERATIONS = 99
+#: room kept in generated job names for "-gNN" (re-run generations), "-sNNN" (shards) and "-rNN" (attempts)
+NAME_RESERVE = 9
+
+#: the arguments that shape records (shared by the operator, the planner and the merge step)
+RECORD_ARGS = ("content_type", "accept", "split_type", "compression", "batch_strategy", "max_payload_mb",
+               "max_concurrent_transforms", "assemble_with", "input_filter", "join_source", "output_filter",
+               "invocations_timeout", "invocations_max_retries")
+
+
+class SageMakerBatchInferenceJobLink(BaseAwsLink):
+    name = "SageMaker batch inference job"
+    key = "smdist_batch_inference_job"
+    format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/{jobs_path}/{job_name}"
+
+
+# -- models on either backend --------------------------------------------------------------------------------
+def _model_missing(exc: BackendError) -> bool:
+    return exc.code in ("ValidationException", "ResourceNotFound") and "could not find" in str(exc).lower()
+
+
+def create_model(backend, request: dict) -> str:
+    """CreateModel on ``backend`` (local: its models store; sagemaker: the API). Returns the model ARN."""
+    if hasattr(backend, "create_model"):
+        return backend.create_model(request)
+    if backend.name == "local":
+        from airflow_smdist.backends.local.transform import create_model as local_create
+
+        return local_create(backend, request)
+    from airflow_smdist.backends.sagemaker import _local_uri_errors
+    from airflow_smdist.specs.errors import SpecErrors
+    from airflow_smdist.specs.validate import validate_request
+
+    local = _local_uri_errors("CreateModel", request)
+    if local:
+        raise SpecErrors(local)
+    validate_request("CreateModel", request, allow_local_uris=False)
+    return backend._call("CreateModel", **request)["ModelArn"]
+
+
+def describe_model(backend, name: str) -> dict | None:
+    """DescribeModel on ``backend``; None when there is no such model."""
+    try:
+        if hasattr(backend, "describe_model"):
+            return backend.describe_model(name)
+        if backend.name == "local":
+            from airflow_smdist.backends.local.transform import describe_model as local_describe
+
+            return local_describe(backend, name)
+        d = backend._call("DescribeModel", ModelName=name)
+        d.pop("ResponseMetadata", None)
+        return d
+    except BackendError as exc:
+        if _model_missing(exc):
+            return None
+        raise
+
+
+def storage_for(backend):
+    """Storage that reaches the backend's objects: the ``aws`` connection's S3 client for sagemaker, the
+    local backend's endpoint (or boto3's defaults) otherwise."""
+    from airflow_smdist.storage import Storage
+
+    return Storage.for_backend(backend)
+
+
+# -- the steps, usable on their own ----------------------------------------------------------------------------
+def list_inputs(storage, input_uri: str, output_uri: str, s3_data_type: str = "S3Prefix"):
+    """The input objects (S3Prefix listing or ManifestFile) with their output names."""
+    from airflow_smdist.specs import sharding
+
+    if s3_data_type == "ManifestFile":
+        entries = json.loads(storage.read_bytes(input_uri))
+        prefix, _rels = sharding.parse_input_manifest(entries)
+        sizes = {o.uri: o.size for o in storage.list(prefix)}
+        return sharding.objects_of_manifest(entries, output_uri, sizes)
+    return sharding.input_objects(input_uri, storage.list(input_uri), output_uri)
+
+
+def completeness(storage, objects, output_uri: str, settings: dict, check_records: bool | None = None):
+    """The completeness check of ``objects`` against what is under ``output_uri`` (record counts where
+    countable, or as ``check_records`` says)."""
+    from airflow_smdist.specs import sharding
+
+    count = check_records
+    if count is None:
+        joins = settings.get("join_source") == "Input" or bool(settings.get("output_filter"))
+        count = sharding.records_countable(settings.get("split_type"), settings.get("assemble_with"),
+                                           settings.get("batch_strategy"), settings.get("accept"), joins)
+    listing = storage.list(output_uri) if objects else []
+    return sharding.check_completeness(list(objects), listing, count=count, read=storage.read_bytes,
+                                       compression=settings.get("compression") or "None",
+                                       split_type=settings.get("split_type") or "None")
+
+
+def write_manifest(storage, report, *, input_uri: str, output_uri: str, fan_out: str, jobs: list[dict],
+                   settings: dict, processed=()) -> dict:
+    """Write ``<output_uri>/_smdist/manifest.json``; return its XCom summary."""
+    from airflow_smdist.specs import sharding
+
+    manifest = sharding.batch_manifest(report, input_uri=input_uri, output_path=output_uri, fan_out=fan_out,
+                                       jobs=jobs, settings=settings, processed=processed,
+                                       created=datetime.now(timezone.utc).isoformat())
+    uri = sharding.manifest_uri(output_uri)
+    storage.write_bytes(sharding.dumps(manifest), uri)
+    return sharding.manifest_summary(manifest, uri)
+
+
+def plan_shards_step(storage, *, input_uri: str, output_uri: str, shards: int, settings: dict,
+                     check_records: bool | None = None, log=None) -> list[dict]:
+    """The planner: the objects still without a complete output, balanced by size over ``shards`` shards,
+    each written as a ManifestFile under ``<output_uri>/_smdist/shards/<digest>/``. Returns one small dict
+    per shard (for ``.expand(shard=...)``); [] when nothing is missing."""
+    from airflow_smdist.specs import sharding
+
+    sharding.check_prefixes(input_uri, output_uri)
+    objects = list_inputs(storage, input_uri, output_uri)
+    if not objects:
+        raise AirflowException(f"no input objects under {input_uri}")
+    report = completeness(storage, objects, output_uri, settings, check_records)
+    pending = {e.input for e in report.pending}
+    todo = [o for o in objects if o.uri in pending]
+    if not todo:
+        if log:
+            log.info("All %d object(s) under %s already have complete outputs: no shard to run.", len(objects),
+                     input_uri)
+        return []
+    by_uri = {o.uri: o for o in todo}
+    planned = sharding.plan_shards([o.as_stored() for o in todo], shards)
+    plan_id = sharding.digest(todo)
+    out = []
+    for shard in planned:
+        members = [by_uri[s.uri] for s in shard.objects]
+        uri = sharding.work_uri(output_uri, "shards", plan_id, f"shard-{shard.index:04d}.json")
+        storage.write_bytes(sharding.dumps(sharding.input_manifest(members)), uri)
+        out.append({"index": shard.index, "manifest_uri": uri, "objects": len(members), "bytes": shard.bytes,
+                    "plan": plan_id, "input_uri": input_uri})
+    if log:
+        log.info("Planned %d shard(s) over %d of %d object(s) (balance max/mean %.3f): %s", len(out), len(todo),
+                 len(objects), sharding.balance(planned),
+                 ", ".join(f"#{s['index']}: {s['objects']} obj / {s['bytes']} B" for s in out))
+    return out
+
+
+def _record_settings(op) -> dict:
+    return {k: getattr(op, k) for k in RECORD_ARGS if getattr(op, k, None) is not None}
+
+
+def _checked_settings(values: dict):
+    from airflow_smdist.specs.transform import check_settings
+
+    return check_settings(**{k: values.get(k) for k in RECORD_ARGS})
+
+
+class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
+    """Score every object under ``input_uri`` into ``output_uri/<key>.out``, completely.
+
+    :param fan_out: ``transform`` (one Batch Transform job over ``instance_count`` instances), ``processing``
+        (one ShardedByS3Key processing job over ``instance_count`` instances) or ``jobs`` (``shards`` transform
+        jobs, each of ``instance_count`` instances, over a size-balanced split; or the one shard given by
+        ``shard`` when mapped over :class:`SageMakerBatchShardPlanOperator`'s output).
+    :param model_data: model.tar.gz to create the model from (with ``image_uri`` or ``framework`` +
+        ``framework_version``); or give ``model_name`` of an existing model.
+    :param split_type: None | Line (default); ``batch_strategy`` SingleRecord | MultiRecord (default with
+        Line), ``max_payload_mb``, ``max_concurrent_transforms``, ``assemble_with`` (default Line with Line),
+        ``content_type`` (default text/csv) / ``accept``, ``input_filter`` / ``join_source`` /
+        ``output_filter`` (DataProcessing), ``invocations_timeout`` / ``invocations_max_retries``.
+    :param check_records: compare record counts (None: wherever the settings make records countable).
+
+    Returns (XCom) the manifest summary: ``manifest_uri``, ``complete``, ``objects``, ``records``,
+    ``processed`` (objects this run processed), ``jobs``, ``pending`` and ``outputs`` (input -> output).
+    """
+
+    kind = "transform"
+    name_prefix = "smdist-batch"
+    template_fields: Sequence[str] = (
+        "job_name", "backend", "input_uri", "output_uri", "fan_out", "model_name", "model_data", "image_uri",
+        "framework", "framework_version", "py_version", "entry_point", "source_dir", "model_environment", "role",
+        "instance_type", "instance_count", "shards", "shard", "environment", "s3_data_type", "tags",
+        *RECORD_ARGS)
+    template_fields_renderers = {"environment": "json", "model_environment": "json", "shard": "json"}
+    operator_extra_links = (SageMakerBatchInferenceJobLink(),)
+
+    def __init__(self, *, input_uri: str, output_uri: str, fan_out: str = "transform",
+                 model_name: str | None = None, model_data: str | None = None, image_uri: str | None = None,
+                 framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
+                 entry_point: str | None = None, source_dir: str | None = None, program: str = "inference.py",
+                 model_environment: dict[str, str] | None = None, role: str = DEFAULT_ROLE,
+                 instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1, shards: int | str = 2,
+                 shard: dict | None = None, shard_retries: int = 2, s3_data_type: str = "S3Prefix",
+                 content_type: str | None = "text/csv", accept: str | None = None, split_type: str | None = "Line",
+                 compression: str | None = None, batch_strategy: str | None = None,
+                 max_payload_mb: int | str | None = None, max_concurrent_transforms: int | str | None = None,
+                 assemble_with: str | None = None, input_filter: str | None = None, join_source: str | None = None,
+                 output_filter: str | None = None, invocations_timeout: int | str | None = None,
+                 invocations_max_retries: int | str | None = None, environment: dict[str, str] | None = None,
+                 check_records: bool | None = None, max_runtime: int | str = 86400, tags: dict | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.input_uri = input_uri
+        self.output_uri = output_uri
+        self.fan_out = fan_out
+        self.model_name = model_name
+        self.model_data = model_data
+        self.image_uri = image_uri
+        self.framework = framework
+        self.framework_version = framework_version
+        self.py_version = py_version
+        self.entry_point = entry_point
+        self.source_dir = source_dir
+        self.program = program
+        self.model_environment = model_environment
+        self.role = role
+        self.instance_type = instance_type
+        self.instance_count = instance_count
+        self.shards = shards
+        self.shard = shard
+        self.shard_retries = shard_retries
+        self.s3_data_type = s3_data_type
+        self.content_type = content_type
+        self.accept = accept
+        self.split_type = split_type
+        self.compression = compression
+        self.batch_strategy = batch_strategy
+        self.max_payload_mb = max_payload_mb
+        self.max_concurrent_transforms = max_concurrent_transforms
+        self.assemble_with = assemble_with
+        self.input_filter = input_filter
+        self.join_source = join_source
+        self.output_filter = output_filter
+        self.invocations_timeout = invocations_timeout
+        self.invocations_max_retries = invocations_max_retries
+        self.environment = environment
+        self.check_records = check_records
+        self.max_runtime = max_runtime
+        self.tags = tags
+        self._model: dict | None = None
+        self._running_jobs: list[str] = []
+        if fan_out == "processing":
+            self.kind = "processing"
+
+    # -- arguments ---------------------------------------------------------------------------------
+    def settings(self) -> dict:
+        """The record settings with this operator's defaults: Line records in MultiRecord batches assembled
+        one per line."""
+        values = _record_settings(self)
+        if values.get("split_type") == "Line":
+            values.setdefault("batch_strategy", "MultiRecord")
+            values.setdefault("assemble_with", "Line")
+        return values
+
+    def base_job_name(self, context: Any) -> str:
+        if self.job_name:
+            return str(self.job_name)
+        ti = context["ti"]
+        return stable_job_name(self.name_prefix, ti.dag_id, ti.task_id, context["run_id"],
+                               getattr(ti, "map_index", -1), limit=NAME_LIMIT - NAME_RESERVE)
+
+    def model_name_for(self, context: Any) -> str:
+        if self.model_name:
+            return str(self.model_name)
+        ti = context["ti"]  # one model for every shard of a mapped task
+        return stable_job_name("smdist-model", ti.dag_id, ti.task_id, context["run_id"], -1)
+
+    def _check_arguments(self) -> None:
+        from airflow_smdist.specs.errors import SpecError
+
+        if self.fan_out not in FAN_OUTS:
+            raise SpecError("fan_out", f"{self.fan_out!r} is not a way to fan out.", f"use one of {FAN_OUTS}.")
+        if self.shard is not None and self.fan_out != "jobs":
+            raise SpecError("shard", "is the one shard of a mapped fan_out='jobs' task.",
+                            "use fan_out='jobs' with shard=..., or drop shard.")
+        if not self.model_data and not self.model_name:
+            raise SpecError("model_data", "no model: give model_data (a model.tar.gz) with image_uri or framework, "
+                            "or model_name of an existing model.", "pass model_data=train.output['model_artifacts'].")
+        self.kind = "processing" if self.fan_out == "processing" else "transform"
+
+    # -- the model -------------------------------------------------------------------------------------
+    def ensure_model(self, backend, context: Any) -> dict:
+        """The model's description; created from ``model_data`` when it does not exist yet."""
+        name = self.model_name_for(context)
+        existing = describe_model(backend, name)
+        if not self.model_data:
+            if existing is None:
+                raise AirflowException(f"model {name!r} does not exist on the {backend.name} backend; give "
+                                       "model_data (and image_uri or framework) to create it.")
+            return existing
+        from airflow_smdist.specs import sharding
+        from airflow_smdist.specs.transform import build_model
+
+        plan = build_model(model_name=name, model_data=self.model_data, role=self.role, image_uri=self.image_uri,
+                           framework=self.framework, framework_version=self.framework_version,
+                           py_version=self.py_version, instance_type=self.instance_type,
+                           entry_point=self.entry_point, source_dir=self.source_dir,
+                           code_location=sharding.work_uri(self.output_uri, "code"), program=self.program,
+                           environment=self.model_environment, region=self.hook.region_name,
+                           allow_local_uris=backend.name == "local")
+        if existing is None:
+            if plan.source_dir:
+                from airflow_smdist.sourcedir import upload_source
+
+                upload_source(plan.source_dir, plan.entry_point if self.source_dir else None, plan.source_uri,
+                              storage_for(backend))
+                self.log.info("Uploaded the inference code %s as %s", plan.source_dir, plan.source_uri)
+            try:
+                arn = create_model(backend, plan.request)
+                self.log.info("Created model %s (%s) from %s", name, arn, self.model_data)
+            except BackendError as exc:
+                if "already exist" not in str(exc):
+                    raise
+            existing = describe_model(backend, name) or plan.request  # a mapped sibling may have made it
+        have = existing.get("PrimaryContainer") or {}
+        want = plan.request["PrimaryContainer"]
+        if (have.get("ModelDataUrl"), have.get("Image")) != (want["ModelDataUrl"], want["Image"]):
+            raise AirflowException(f"model {name!r} already exists with another artifact or image "
+                                   f"({have.get('ModelDataUrl')}, {have.get('Image')}); SageMaker models cannot "
+                                   "change: give a new model_name.")
+        return existing
+
+    # -- requests --------------------------------------------------------------------------------------
+    def _input_for(self, storage, name: str, objects: list, pending: list, manifest: str | None) -> tuple[str, str]:
+        """(S3Uri, S3DataType) of the job: the prefix itself when everything is pending, else a ManifestFile
+        naming only the pending objects."""
+        from airflow_smdist.specs import sharding
+
+        if len(pending) == len(objects):
+            if manifest:
+                return manifest, "ManifestFile"
+            return self.input_uri, self.s3_data_type
+        uri = sharding.work_uri(self.output_uri, "inputs", f"{name}.json")
+        storage.write_bytes(sharding.dumps(sharding.input_manifest(pending)), uri)
+        self.log.info("%d of %d object(s) already have complete outputs; %s processes the other %d (%s).",
+                      len(objects) - len(pending), len(objects), name, len(pending), uri)
+        return uri, "ManifestFile"
+
+    def make_request(self, backend, storage, name: str, input_uri: str, data_type: str) -> dict:
+        settings = self.settings()
+        allow_local = backend.name == "local"
+        if self.fan_out == "processing":
+            from airflow_smdist.backends.local import inference
+            from airflow_smdist.specs import sharding
+            from airflow_smdist.specs.transform import RUNNER_NAME, build_processing_inference
+
+            import shutil
+            import tempfile
+
+            from airflow_smdist.specs.processing import upload_plan
+
+            with tempfile.TemporaryDirectory(prefix="smdist-runner-") as tmp:
+                runner = shutil.copyfile(inference.__file__, f"{tmp}/{RUNNER_NAME}")
+                plan = build_processing_inference(
+                    job_name=name, role=self.role, model=self._model, input_uri=input_uri,
+                    output_uri=self.output_uri, runner=runner, code_location=sharding.work_uri(self.output_uri, "code"),
+                    instance_type=self.instance_type, instance_count=self.instance_count, s3_data_type=data_type,
+                    settings=_checked_settings(settings), environment=self.environment,
+                    max_runtime_in_seconds=self.max_runtime, tags=self.tags, region=self.hook.region_name,
+                    allow_local_uris=allow_local)
+                upload_plan(plan, storage)
+            return plan.request
+        from airflow_smdist.specs.transform import build_transform
+
+        return build_transform(job_name=name, model_name=self._model["ModelName"], input_uri=input_uri,
+                               s3_data_type=data_type, output_uri=self.output_uri, instance_type=self.instance_type,
+                               instance_count=self.instance_count, environment=self.environment, tags=self.tags,
+                               allow_local_uris=allow_local, **settings)
+
+    # -- running ---------------------------------------------------------------------------------------
+    def pick_job(self, backend, base: str) -> tuple[str, str]:
+        """The job of this task instance to reattach to (still running) or the free name for a new one.
+        A completed job is a finished generation: a re-run that finds objects missing starts the next."""
+        for generation in range(1, MAX_GENERATIONS + 1):
+            name, action = self.choose_job(backend, base if generation == 1 else f"{base}-g{generation}")
+            if action != "reattach-completed":
+                return name, action
+        raise AirflowException(f"{MAX_GENERATIONS} generations of {base} ran; give a new job_name.")
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_smdist.specs import sharding
+
+        self._check_arguments()
+        sharding.check_prefixes(self.input_uri, self.output_uri)
+        _checked_settings(self.settings())
+        backend = self.get_backend()
+        storage = storage_for(backend)
+        if self.fan_out == "jobs" and self.shard is None:
+            if self.deferrable:
+                self.log.info("fan_out='jobs' in one task waits for its shard jobs in the worker; map it over "
+                              "SageMakerBatchShardPlanOperator's output to defer each shard's wait.")
+            return self.run_shards(context, backend, storage)
+        manifest = self.shard["manifest_uri"] if self.shard is not None else None
+        objects = self._objects(storage)
+        if not objects:
+            raise AirflowException(f"no input objects under {self.input_uri}")
+        name, action = self.pick_job(backend, self.base_job_name(context))
+        jobs, processed = [], []
+        if action == "reattach-running":
+            self.log.info("Reattaching to %s job %s, still running from an earlier try.", self.kind, name)
+            processed = self._processed_by(storage, backend.describe(self.kind, name), objects)
+            jobs.append(self._finish(backend, name, context, objects=len(processed)))
+            jobs[-1]["_objects"] = processed
+        else:
+            before = completeness(storage, objects, self.output_uri, self.settings(), self.check_records)
+            pending_uris = {e.input for e in before.pending}
+            pending = [o for o in objects if o.uri in pending_uris]
+            if not pending:
+                self.log.info("All %d object(s) already have complete outputs: no job to run.", len(objects))
+            else:
+                self._model = self.ensure_model(backend, context)
+                input_uri, data_type = self._input_for(storage, name, objects, pending, manifest)
+                request = self.make_request(backend, storage, name, input_uri, data_type)
+                backend.submit(self.kind, request)
+                self.log.info("Started %s job %s on the %s backend over %d object(s).", self.kind, name,
+                              backend.name, len(pending))
+                processed = [o.uri for o in pending]
+                jobs.append(self._finish(backend, name, context, objects=len(pending)))
+                jobs[-1]["_objects"] = processed
+        return self._conclude(storage, objects, jobs, processed, write=self.shard is None)
+
+    def _finish(self, backend, name: str, context: Any, objects: int | None = None) -> dict:
+        self._running_job = name
+        if backend.name == "sagemaker":
+            self.persist_links(context, name)
+        if not self.wait_for_completion:
+            return self._job_summary(backend.describe(self.kind, name), objects)
+        if self.deferrable:
+            description = backend.describe(self.kind, name)
+            if description[OPERATIONS[self.kind]["status_key"]] not in TERMINAL_STATES:
+                self.defer(trigger=self.make_trigger(backend, name), method_name="execute_complete",
+                           timeout=self.deferral_timeout(description))
+        description = self.wait(backend, name)
+        self._running_job = None
+        summary = self._job_summary(description, objects)
+        status = description[OPERATIONS[self.kind]["status_key"]]
+        if status != "Completed":
+            summary["failure_reason"] = description.get("FailureReason") or status
+        return summary
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """Back from the trigger: the completeness check and the manifest, as the waiting path ends."""
+        self._check_arguments()
+        backend = self.get_backend()
+        storage = storage_for(backend)
+        name = event["job_name"]
+        try:
+            description = backend.describe(self.kind, name)
+        except JobNotFound:
+            raise AirflowException(f"{self.kind} job {name}: {event.get('failure_reason')}") from None
+        objects = self._objects(storage)
+        processed = self._processed_by(storage, description, objects)
+        job = self._job_summary(description, len(processed))
+        job["_objects"] = processed
+        if self.print_logs and job["status"] != "Completed":
+            events, _ = backend.log_events(self.kind, name)
+            self._last_lines = [e.format() for e in events][-20:]
+        return self._conclude(storage, objects, [job], processed, write=self.shard is None)
+
+    def _objects(self, storage) -> list:
+        if self.shard is not None:
+            return list_inputs(storage, self.shard["manifest_uri"], self.output_uri, "ManifestFile")
+        return list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
+
+    def _processed_by(self, storage, description: dict, objects: list) -> list[str]:
+        """The input objects a job was given: its ManifestFile's entries, or every object of the prefix."""
+        if self.kind == "processing":
+            src = next((i["S3Input"] for i in description.get("ProcessingInputs") or [] if i["InputName"] == "data"),
+                       {})
+            uri, data_type = src.get("S3Uri"), src.get("S3DataType")
+        else:
+            src = description["TransformInput"]["DataSource"]["S3DataSource"]
+            uri, data_type = src["S3Uri"], src["S3DataType"]
+        if data_type != "ManifestFile" or not uri:
+            return [o.uri for o in objects]
+        return [o.uri for o in list_inputs(storage, uri, self.output_uri, "ManifestFile")]
+
+    def _job_summary(self, description: dict, objects: int | None = None) -> dict:
+        keys = OPERATIONS[self.kind]
+        out = {"job_name": description[keys["name_key"]], "kind": self.kind,
+               "status": description[keys["status_key"]]}
+        if objects is not None:
+            out["objects"] = objects
+        if description.get("FailureReason"):
+            out["failure_reason"] = description["FailureReason"]
+        return out
+
+    def _conclude(self, storage, objects: list, jobs: list[dict], processed: list[str], *, write: bool = True):
+        settings = self.settings()
+        if not self.wait_for_completion:
+            return {"jobs": jobs, "complete": None, "objects": len(objects), "processed": len(processed)}
+        report = completeness(storage, objects, self.output_uri, settings, self.check_records)
+        job_of = {}
+        for job in jobs:
+            for uri in job.pop("_objects", []):
+                job_of[uri] = job["job_name"]
+        for e in report.entries:
+            e.job = job_of.get(e.input)
+        if write:
+            summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
+                                     fan_out=self.fan_out, jobs=jobs, settings=settings, processed=processed)
+        else:  # a mapped shard: the merge step writes the manifest of the whole prefix
+            from airflow_smdist.specs import sharding
+
+            manifest = sharding.batch_manifest(report, input_uri=self.input_uri, output_path=self.output_uri,
+                                               fan_out=self.fan_out, jobs=jobs, settings=settings,
+                                               processed=processed)
+            summary = sharding.manifest_summary(manifest, None)
+            summary["shard"] = (self.shard or {}).get("index")
+            summary["processed_inputs"] = sorted(processed)
+        failed = [j for j in jobs if j["status"] != "Completed"]
+        if failed or not report.complete:
+            reasons = "; ".join(f"{j['kind']} job {j['job_name']} ended {j['status']}: {j.get('failure_reason')}"
+                                for j in failed)
+            tail = "\n".join(getattr(self, "_last_lines", [])[-10:])
+            raise AirflowException((reasons + "\n" if reasons else "") + report.describe()
+                                   + (f"\nManifest: {summary['manifest_uri']}" if summary.get("manifest_uri") else "")
+                                   + (f"\nLast log lines:\n{tail}" if tail and failed else ""))
+        self.log.info("Complete: %s", report.describe())
+        return summary
+
+    # -- fan_out="jobs" in one task ----------------------------------------------------------------------
+    def run_shards(self, context: Any, backend, storage) -> dict[str, Any]:
+        """Plan the pending objects over ``shards`` transform jobs, run them at once, retry each failed shard
+        on its own up to ``shard_retries`` times, then check completeness. A retry of this task reattaches to
+        the shard jobs still running."""
+        from airflow_smdist.specs import sharding
+        from airflow_smdist.specs.transform import _as_int as as_int
+
+        objects = list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
+        if not objects:
+            raise AirflowException(f"no input objects under {self.input_uri}")
+        base = self.base_job_name(context)
+        plan, base_g = None, None
+        for generation in range(1, MAX_GENERATIONS + 1):
+            base_g = base if generation == 1 else f"{base}-g{generation}"
+            plan_uri = sharding.work_uri(self.output_uri, "plans", f"{base_g}.json")
+            if not storage.exists(plan_uri):
+                break
+            old = json.loads(storage.read_bytes(plan_uri))
+            actions = [self.choose_job(backend, f"{base_g}-s{s['index']}")[1] for s in old["shards"]]
+            if "reattach-running" in actions:
+                plan = old
+                self.log.info("Resuming generation %s: shard jobs of an earlier try are still running.", base_g)
+                break
+        else:
+            raise AirflowException(f"{MAX_GENERATIONS} generations of {base} ran; give a new job_name.")
+        processed: list[str] = []
+        if plan is None:
+            before = completeness(storage, objects, self.output_uri, self.settings(), self.check_records)
+            pending_uris = {e.input for e in before.pending}
+            todo = [o for o in objects if o.uri in pending_uris]
+            if not todo:
+                self.log.info("All %d object(s) already have complete outputs: no job to run.", len(objects))
+                return self._conclude(storage, objects, [], [])
+            by_uri = {o.uri: o for o in todo}
+            planned = sharding.plan_shards([o.as_stored() for o in todo], as_int(self.shards, "shards"))
+            shards = []
+            for sh in planned:
+                uri = sharding.work_uri(self.output_uri, "plans", base_g, f"shard-{sh.index:04d}.json")
+                storage.write_bytes(sharding.dumps(sharding.input_manifest([by_uri[o.uri] for o in sh.objects])), uri)
+                shards.append({"index": sh.index, "manifest_uri": uri, "objects": len(sh.objects), "bytes": sh.bytes})
+            plan = {"shards": shards, "objects": len(todo)}
+            storage.write_bytes(sharding.dumps(plan), sharding.work_uri(self.output_uri, "plans", f"{base_g}.json"))
+            self.log.info("Planned %d shard job(s) over %d of %d object(s) (balance max/mean %.3f).", len(shards),
+                          len(todo), len(objects), sharding.balance(planned))
+            processed = [o.uri for o in todo]
+        self._model = self.ensure_model(backend, context)
+        jobs = self._run_shard_jobs(backend, storage, base_g, plan["shards"], context)
+        return self._conclude(storage, objects, jobs, processed)
+
+    def _run_shard_jobs(self, backend, storage, base_g: str, shards: list[dict], context: Any) -> list[dict]:
+        status_key = OPERATIONS[self.kind]["status_key"]
+        active: dict[int, str] = {}
+        attempts: dict[int, int] = {}
+        done: dict[int, dict] = {}
+
+        def start(index: int) -> None:
+            shard = shards[index]
+            name, action = self.choose_job(backend, f"{base_g}-s{shard['index']}")
+            if action == "create":
+                request = self.make_request(backend, storage, name, shard["manifest_uri"], "ManifestFile")
+                backend.submit(self.kind, request)
+                attempts[index] = attempts.get(index, 0) + 1
+                self.log.info("Shard %d: started %s over %d object(s).", shard["index"], name, shard["objects"])
+            elif action == "reattach-completed":
+                done[index] = self._job_summary(backend.describe(self.kind, name), shard["objects"])
+                return
+            active[index] = name
+
+        for i in range(len(shards)):
+            start(i)
+        cursors: dict[str, Any] = {}
+        self._running_jobs = list(active.values())
+        while active:
+            for index, name in list(active.items()):
+                description = backend.describe(self.kind, name)
+                if self.print_logs:
+                    try:
+                        events, cursors[name] = backend.log_events(self.kind, name, cursors.get(name))
+                    except Exception:  # noqa: BLE001 - logs are best effort
+                        events = []
+                    for event in events:
+                        self.log.info("%s %s", name, event.format())
+                status = description[status_key]
+                if status not in TERMINAL_STATES:
+                    continue
+                del active[index]
+                if status == "Completed":
+                    done[index] = self._job_summary(description, shards[index]["objects"])
+                    self.log.info("Shard %d: %s completed.", shards[index]["index"], name)
+                elif attempts.get(index, 0) <= int(self.shard_retries):
+                    self.log.warning("Shard %d: %s ended %s (%s); retrying this shard alone.",
+                                     shards[index]["index"], name, status, description.get("FailureReason"))
+                    start(index)
+                else:
+                    done[index] = self._job_summary(description, shards[index]["objects"])
+                    self.log.error("Shard %d: %s ended %s after %d attempt(s): %s", shards[index]["index"], name,
+                                   status, attempts.get(index, 0), description.get("FailureReason"))
+            self._running_jobs = list(active.values())
+            if active:
+                time.sleep(self.poll_interval)
+        out = []
+        for i in sorted(done):
+            from airflow_smdist.specs import sharding
+
+            prefix, rels = sharding.parse_input_manifest(json.loads(storage.read_bytes(shards[i]["manifest_uri"])))
+            base = prefix if prefix.endswith("/") else prefix + "/"
+            done[i]["shard"] = shards[i]["index"]
+            done[i]["_objects"] = [base + rel for rel in rels]
+            out.append(done[i])
+        return out
+
+    def on_kill(self) -> None:
+        names = list(self._running_jobs) or ([self._running_job] if self._running_job else [])
+        if not (names and self.stop_on_kill):
+            return
+        backend = self.get_backend()
+        for name in names:
+            self.log.info("Task killed: stopping %s job %s.", self.kind, name)
+            try:
+                backend.stop(self.kind, name)
+            except Exception as exc:  # noqa: BLE001 - stop the others anyway
+                self.log.warning("could not stop %s: %s", name, exc)
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            names = [n for n in names
+                     if backend.describe(self.kind, n)[OPERATIONS[self.kind]["status_key"]] not in TERMINAL_STATES]
+            if not names:
+                return
+            time.sleep(min(2.0, self.poll_interval))
+        self.log.warning("%s job(s) %s did not stop within 180 s.", self.kind, ", ".join(names))
+
+    # -- SmdistJobOperator hooks -------------------------------------------------------------------------
+    def result(self, description: dict[str, Any]) -> dict[str, Any]:
+        return self._job_summary(description)
+
+    def persist_links(self, context: Any, job_name: str) -> None:
+        SageMakerBatchInferenceJobLink.persist(
+            context=context, operator=self, region_name=self.hook.region_name or "us-east-1", aws_partition="aws",
+            job_name=job_name, jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
+
+
+class _StepOperator(BaseOperator):
+    """The planner and the merge step: they only read and write storage (on the backend's endpoint)."""
+
+    template_fields: Sequence[str] = ("input_uri", "output_uri", "backend", *RECORD_ARGS)
+
+    def __init__(self, *, input_uri: str, output_uri: str, backend: str | None = None,
+                 smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
+                 region_name: str | None = None, content_type: str | None = "text/csv", accept: str | None = None,
+                 split_type: str | None = "Line", compression: str | None = None, batch_strategy: str | None = None,
+                 assemble_with: str | None = None, join_source: str | None = None, output_filter: str | None = None,
+                 check_records: bool | None = None, **kwargs: Any) -> None:
+        # accepted so that one dict of record settings fits every step
+        extra = {name: kwargs.pop(name, None) for name in ("max_payload_mb", "max_concurrent_transforms",
+                                                           "input_filter", "invocations_timeout",
+                                                           "invocations_max_retries")}
+        super().__init__(**kwargs)
+        for name, value in extra.items():
+            setattr(self, name, value)
+        self.input_uri = input_uri
+        self.output_uri = output_uri
+        self.backend = backend
+        self.smdist_conn_id = smdist_conn_id
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.content_type = content_type
+        self.accept = accept
+        self.split_type = split_type
+        self.compression = compression
+        self.batch_strategy = batch_strategy
+        self.assemble_with = assemble_with
+        self.join_source = join_source
+        self.output_filter = output_filter
+        self.check_records = check_records
+
+    settings = SageMakerShardedBatchInferenceOperator.settings
+
+    def storage(self):
+        from airflow_smdist.hooks.smdist import SmdistHook
+
+        hook = SmdistHook(self.smdist_conn_id, aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        return storage_for(hook.get_backend(self.backend))
+
+
+class SageMakerBatchShardPlanOperator(_StepOperator):
+    """The shard planner of ``fan_out='jobs'`` under dynamic task mapping: lists ``input_uri``, keeps the
+    objects without a complete output, balances them by size over ``shards`` shards (a ManifestFile each)
+    and returns the shard list for ``.expand(shard=...)`` ([] when nothing is missing)."""
+
+    template_fields: Sequence[str] = (*_StepOperator.template_fields, "shards")
+    ui_color = "#d9ead3"
+
+    def __init__(self, *, shards: int | str = 2, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.shards = shards
+
+    def execute(self, context: Any) -> list[dict]:
+        from airflow_smdist.specs.transform import _as_int
+
+        return plan_shards_step(self.storage(), input_uri=self.input_uri, output_uri=self.output_uri,
+                                shards=_as_int(self.shards, "shards"), settings=self.settings(),
+                                check_records=self.check_records, log=self.log)
+
+
+class SageMakerBatchInferenceMergeOperator(_StepOperator):
+    """The merge step after mapped shard jobs: the completeness check over the whole prefix, the manifest
+    ``<output_uri>/_smdist/manifest.json`` (inputs -> outputs, with the shard jobs from ``shard_results``),
+    returned via XCom; fails naming every object still without a complete output. Runs whatever the
+    shards' states (trigger rule ``all_done``), so a failed shard's objects are named too."""
+
+    template_fields: Sequence[str] = (*_StepOperator.template_fields, "shard_results")
+
+    def __init__(self, *, shard_results: Any = None, fan_out: str = "jobs", **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+        self.shard_results = shard_results
+        self.fan_out = fan_out
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        storage = self.storage()
+        objects = list_inputs(storage, self.input_uri, self.output_uri)
+        report = completeness(storage, objects, self.output_uri, self.settings(), self.check_records)
+        jobs, processed = [], []
+        for result in [r for r in (self.shard_results or []) if r]:
+            jobs += result.get("jobs") or []
+            processed += result.get("processed_inputs") or []
+        summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
+                                 fan_out=self.fan_out, jobs=jobs, settings=self.settings(),
+                                 processed=processed)
+        if not report.complete:
+            raise AirflowException(report.describe() + f"\nManifest: {summary['manifest_uri']}")
+        self.log.info("Complete: %s; manifest %s", report.describe(), summary["manifest_uri"])
+        return summary
+
+
+def transform_result(description: dict[str, Any], backend_name: str) -> dict[str, Any]:
+    """The small, JSON-safe result of one transform job (for sensors)."""
+    res = description.get("TransformResources") or {}
+    out = {"job_name": description["TransformJobName"], "job_arn": description.get("TransformJobArn"),
+           "status": description["TransformJobStatus"], "backend": backend_name,
+           "model_name": description.get("ModelName"),
+           "output_uri": (description.get("TransformOutput") or {}).get("S3OutputPath"),
+           "instance_type": res.get("InstanceType"), "instance_count": res.get("InstanceCount"),
+           "start_time": isoformat(description.get("TransformStartTime")),
+           "end_time": isoformat(description.get("TransformEndTime"))}
+    if description.get("FailureReason"):
+        out["failure_reason"] = description["FailureReason"]
+    return out

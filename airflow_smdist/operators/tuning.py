@@ -1,0 +1,309 @@
+"""SmdistTuningOperator: SageMaker automatic model tuning (Random, Bayesian, Hyperband, Grid) in a DAG.
+
+Named ``Smdist...`` because the Amazon provider already has a ``SageMakerTuningOperator`` (which takes a raw
+config); this one takes the arguments of :class:`~airflow_smdist.operators.training.
+SageMakerDistributedTrainingOperator` plus the search, and runs on either backend.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from typing import Any, Sequence
+
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
+
+from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+from airflow_smdist.operators.base import NAME_LIMIT, isoformat, stable_job_name
+from airflow_smdist.operators.training import TRAINING_ARGS, SageMakerDistributedTrainingOperator, _ForwardTo
+
+log = logging.getLogger(__name__)
+
+TUNING_NAME_LIMIT = 32  # HyperParameterTuningJobName: its trials are named <name>-NNN-<8 hex>
+#: build_tuning arguments the operator passes through (and templates), besides the training ones
+TUNING_ARGS = (
+    "objective_metric_name", "objective_type", "hyperparameter_ranges", "strategy", "max_jobs",
+    "max_parallel_jobs", "max_runtime", "early_stopping_type", "hyperband_min_resource", "hyperband_max_resource",
+    "warm_start_parents", "warm_start_type", "target_objective_value", "max_jobs_not_improving",
+    "complete_on_convergence", "random_seed",
+)
+assert NAME_LIMIT >= TUNING_NAME_LIMIT
+
+
+class SageMakerTuningJobLink(BaseAwsLink):
+    name = "SageMaker tuning job"
+    key = "smdist_tuning_job"
+    format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/hyper-tuning-jobs/{job_name}"
+
+
+class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
+    """Tune a training job's hyperparameters with SageMaker automatic model tuning.
+
+    Training arguments are the training operator's (``entry_point``, ``source_dir``, ``image_uri`` or
+    ``framework``, ``instance_type``, ``hyperparameters`` (static), ``inputs``, ``metric_definitions``,
+    ``max_run`` per trial, ...). The search (see :func:`airflow_smdist.specs.tuning.build_tuning`):
+    ``objective_metric_name`` (one of ``metric_definitions``) and ``objective_type`` (Maximize|Minimize);
+    ``hyperparameter_ranges`` ({"learning_rate": {"type": "continuous", "min": 1e-3, "max": 0.3,
+    "scaling": "Logarithmic"}, "max_depth": {"type": "integer", "min": 2, "max": 8}, "loss": ["a", "b"]});
+    ``strategy`` Bayesian | Random | Hyperband (``hyperband_min_resource`` / ``hyperband_max_resource``) |
+    Grid; ``max_jobs``, ``max_parallel_jobs``, ``max_runtime`` (of the whole tuning job);
+    ``early_stopping_type`` Off | Auto; ``warm_start_parents`` + ``warm_start_type``; completion criteria
+    ``target_objective_value``, ``max_jobs_not_improving``, ``complete_on_convergence``; ``random_seed``.
+
+    On the ``local`` backend the search runs here for real, every trial a local training job. Returns
+    (XCom): ``best_training_job``, ``best_hyperparameters``, ``best_objective_value``, ``model_artifacts``
+    (the best trial's model.tar.gz, for a downstream transform or deploy task), ``training_image`` /
+    ``entry_point`` / ``source_uri`` of that trial, the counters, and ``plot_uri`` / ``results_uri``: a
+    PNG of the objective per trial with the best-so-far line, and every trial as JSON, written next to
+    the trials' output (``results_path``, default ``<output_path>/<tuning job>/tuning-results``;
+    ``plot=False`` writes neither).
+    """
+
+    kind = "tuning"
+    name_prefix = "hpo"
+    template_fields: Sequence[str] = ("job_name", "backend", *TRAINING_ARGS, *TUNING_ARGS, "results_path")
+    template_fields_renderers = {**SageMakerDistributedTrainingOperator.template_fields_renderers,
+                                 "hyperparameter_ranges": "json"}
+    operator_extra_links = (SageMakerTuningJobLink(),)
+    ui_color = "#f9cb9c"
+
+    def __init__(self, *, objective_metric_name: str, hyperparameter_ranges: dict[str, Any],
+                 objective_type: str = "Maximize", strategy: str = "Bayesian", max_jobs: int | str | None = None,
+                 max_parallel_jobs: int | str = 1, max_runtime: int | str | None = None,
+                 early_stopping_type: str = "Off", hyperband_min_resource: int | str | None = None,
+                 hyperband_max_resource: int | str | None = None, warm_start_parents: list[str] | str | None = None,
+                 warm_start_type: str = "IdenticalDataAndAlgorithm", target_objective_value: float | str | None = None,
+                 max_jobs_not_improving: int | str | None = None, complete_on_convergence: bool | None = None,
+                 random_seed: int | str | None = None, plot: bool = True, results_path: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.objective_metric_name = objective_metric_name
+        self.hyperparameter_ranges = hyperparameter_ranges
+        self.objective_type = objective_type
+        self.strategy = strategy
+        self.max_jobs = max_jobs
+        self.max_parallel_jobs = max_parallel_jobs
+        self.max_runtime = max_runtime
+        self.early_stopping_type = early_stopping_type
+        self.hyperband_min_resource = hyperband_min_resource
+        self.hyperband_max_resource = hyperband_max_resource
+        self.warm_start_parents = warm_start_parents
+        self.warm_start_type = warm_start_type
+        self.target_objective_value = target_objective_value
+        self.max_jobs_not_improving = max_jobs_not_improving
+        self.complete_on_convergence = complete_on_convergence
+        self.random_seed = random_seed
+        self.plot = plot
+        self.results_path = results_path
+
+    def base_job_name(self, context: Any) -> str:
+        if self.job_name:
+            return str(self.job_name)
+        ti = context["ti"]
+        return stable_job_name(self.name_prefix, ti.dag_id, ti.task_id, context["run_id"], getattr(ti, "map_index", -1),
+                               limit=TUNING_NAME_LIMIT)
+
+    def plan(self, job_name: str, backend_name: str):
+        from airflow_smdist.specs.tuning import build_tuning
+
+        spec_log = logging.getLogger("airflow_smdist.specs")
+        handler = None if AIRFLOW_V_3_0_PLUS else _ForwardTo(self.log)
+        if handler:
+            spec_log.addHandler(handler)
+        try:
+            return build_tuning(job_name=job_name, region=self.hook.region_name, allow_local_uris=backend_name == "local",
+                                **{name: getattr(self, name) for name in TRAINING_ARGS},
+                                **{name: getattr(self, name) for name in TUNING_ARGS})
+        finally:
+            if handler:
+                spec_log.removeHandler(handler)
+
+    def persist_links(self, context: Any, job_name: str) -> None:
+        SageMakerTuningJobLink.persist(context=context, operator=self, region_name=self.hook.region_name or "us-east-1",
+                                       aws_partition="aws", job_name=job_name)
+
+    def result(self, description: dict[str, Any]) -> dict[str, Any]:
+        backend = self.get_backend()
+        out = tuning_result(description, backend)
+        if self.plot and description["HyperParameterTuningJobStatus"] in ("Completed", "Stopped", "Failed"):
+            try:
+                out.update(write_results(backend, description, self.results_path))
+                self.log.info("Objective per trial (PNG): %s; trials: %s", out["plot_uri"], out["results_uri"])
+            except Exception as e:  # noqa: BLE001 - the plot is a by-product; the result stands without it
+                self.log.warning("Could not write the tuning results and plot: %s", e)
+        if out.get("best_training_job"):
+            self.log.info("Best training job %s: %s=%s with %s", out["best_training_job"], out["objective_metric"],
+                          out["best_objective_value"], out["best_hyperparameters"])
+        return out
+
+
+# ---- trials of a tuning job, on either backend ------------------------------------------------------------------
+def list_training_jobs_for_tuning_job(backend, name: str, *, status_equals: str | None = None,
+                                      sort_by: str | None = None, sort_order: str | None = None,
+                                      page_size: int = 100) -> list[dict[str, Any]]:
+    """Every HyperParameterTrainingJobSummary of tuning job ``name`` (ListTrainingJobsForHyperParameterTuningJob,
+    all pages), on the local or the sagemaker backend. Uses the sagemaker backend's own
+    ``list_training_jobs_for_tuning_job`` when it has one."""
+    if backend.name == "local":
+        from airflow_smdist.backends.local.tuning import list_training_jobs_for_tuning_job as local_list
+
+        return local_list(backend, name, status_equals=status_equals, sort_by=sort_by, sort_order=sort_order)
+    method = getattr(backend, "list_training_jobs_for_tuning_job", None)
+    if method is not None:
+        return method(name, status_equals=status_equals, sort_by=sort_by, sort_order=sort_order, page_size=page_size)
+    kwargs: dict[str, Any] = {"HyperParameterTuningJobName": name, "MaxResults": page_size}
+    for key, value in (("StatusEquals", status_equals), ("SortBy", sort_by), ("SortOrder", sort_order)):
+        if value:
+            kwargs[key] = value
+    summaries: list[dict[str, Any]] = []
+    while True:
+        page = backend._call("ListTrainingJobsForHyperParameterTuningJob", **kwargs)
+        summaries.extend(page.get("TrainingJobSummaries", []))
+        token = page.get("NextToken")
+        if not token or token == kwargs.get("NextToken"):
+            return summaries
+        kwargs["NextToken"] = token
+
+
+def _decoded(tuned: dict[str, str]) -> dict[str, Any]:
+    out = {}
+    for k, v in (tuned or {}).items():
+        try:
+            out[k] = json.loads(v)
+        except (TypeError, ValueError):
+            out[k] = v
+    return out
+
+
+def tuning_result(description: dict[str, Any], backend) -> dict[str, Any]:
+    """The small, JSON-safe XCom result of a tuning job: the best trial, its values and model artifact."""
+    cfg = description["HyperParameterTuningJobConfig"]
+    objective = cfg.get("HyperParameterTuningJobObjective") or {}
+    best = description.get("BestTrainingJob") or {}
+    out: dict[str, Any] = {
+        "job_name": description["HyperParameterTuningJobName"],
+        "job_arn": description.get("HyperParameterTuningJobArn"),
+        "status": description["HyperParameterTuningJobStatus"],
+        "backend": backend.name,
+        "strategy": cfg.get("Strategy"),
+        "objective_metric": objective.get("MetricName"),
+        "objective_type": objective.get("Type"),
+        "best_training_job": best.get("TrainingJobName"),
+        "best_hyperparameters": _decoded(best.get("TunedHyperParameters")),
+        "best_objective_value": (best.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value"),
+        "model_artifacts": None,
+        "training_job_status_counters": dict(description.get("TrainingJobStatusCounters") or {}),
+        "objective_status_counters": dict(description.get("ObjectiveStatusCounters") or {}),
+        "end_time": isoformat(description.get("HyperParameterTuningEndTime")),
+    }
+    out["trials"] = sum(out["training_job_status_counters"].values())
+    if description.get("OverallBestTrainingJob"):
+        overall = description["OverallBestTrainingJob"]
+        out["overall_best_training_job"] = overall.get("TrainingJobName")
+        out["overall_best_objective_value"] = (overall.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value")
+    if description.get("FailureReason"):
+        out["failure_reason"] = description["FailureReason"]
+    if best.get("TrainingJobName"):
+        from airflow_smdist.backends.local.contract import decode_hyperparameters
+
+        trained = backend.describe("training", best["TrainingJobName"])
+        hps = decode_hyperparameters(trained.get("HyperParameters") or {})
+        out["model_artifacts"] = (trained.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
+        out["training_image"] = (trained.get("AlgorithmSpecification") or {}).get("TrainingImage")
+        out["entry_point"] = hps.get("sagemaker_program")
+        out["source_uri"] = hps.get("sagemaker_submit_directory")
+    return out
+
+
+# ---- results and plot ------------------------------------------------------------------------------------------
+def trial_rows(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trials in launch order as JSON-safe rows (number, name, status, objective, hyperparameters)."""
+    ordered = sorted(summaries, key=lambda s: (isoformat(s.get("CreationTime")) or "", s["TrainingJobName"]))
+    rows = []
+    for i, s in enumerate(ordered, start=1):
+        metric = s.get("FinalHyperParameterTuningJobObjectiveMetric") or {}
+        rows.append({"number": i, "training_job": s["TrainingJobName"], "status": s["TrainingJobStatus"],
+                     "objective": metric.get("Value"), "objective_status": s.get("ObjectiveStatus"),
+                     "hyperparameters": _decoded(s.get("TunedHyperParameters")),
+                     "start_time": isoformat(s.get("TrainingStartTime")), "end_time": isoformat(s.get("TrainingEndTime")),
+                     "failure_reason": s.get("FailureReason")})
+    return rows
+
+
+def best_so_far(values: list[float | None], maximize: bool) -> list[float | None]:
+    out: list[float | None] = []
+    best = None
+    for v in values:
+        if v is not None and (best is None or (v > best if maximize else v < best)):
+            best = v
+        out.append(best)
+    return out
+
+
+def plot_objective(rows: list[dict[str, Any]], *, metric: str, maximize: bool, title: str, path: str) -> None:
+    """PNG: the objective of every trial (by status) and the best-so-far line. matplotlib's Agg canvas,
+    imported here only (no pyplot, so no global backend is switched)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4.5), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    styles = {"Completed": ("o", "tab:blue", "completed"), "Stopped": ("v", "tab:orange", "stopped (early)"),
+              "Failed": ("x", "tab:red", "failed")}
+    for status, (marker, color, label) in styles.items():
+        pts = [(r["number"], r["objective"]) for r in rows if r["status"] == status and r["objective"] is not None]
+        if pts:
+            ax.scatter(*zip(*pts), marker=marker, color=color, label=label, zorder=3)
+    failed = [r["number"] for r in rows if r["objective"] is None]
+    numbers = [r["number"] for r in rows]
+    line = best_so_far([r["objective"] for r in rows], maximize)
+    pts = [(n, b) for n, b in zip(numbers, line) if b is not None]
+    if pts:
+        ax.step(*zip(*pts), where="post", color="tab:green", label="best so far", zorder=2)
+    scored = [r for r in rows if r["objective"] is not None]
+    if scored:
+        top = (max if maximize else min)(scored, key=lambda r: r["objective"])
+        ax.scatter([top["number"]], [top["objective"]], marker="*", s=220, color="gold", edgecolors="black",
+                   label=f"best: trial {top['number']} ({top['objective']:.4g})", zorder=4)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("trial (launch order)")
+    ax.set_ylabel(metric)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if failed:
+        ax.text(0.01, 0.01, f"{len(failed)} trial(s) without an objective value", transform=ax.transAxes, fontsize=8)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def write_results(backend, description: dict[str, Any], results_path: str | None = None) -> dict[str, str]:
+    """Write ``trials.json`` and ``objective.png`` under ``results_path`` (default
+    ``<S3OutputPath>/<tuning job>/tuning-results``); returns their URIs."""
+    from airflow_smdist.storage import Storage, join_uri
+
+    name = description["HyperParameterTuningJobName"]
+    cfg = description["HyperParameterTuningJobConfig"]
+    objective = cfg.get("HyperParameterTuningJobObjective") or {}
+    if not results_path:
+        definition = description.get("TrainingJobDefinition") or (description.get("TrainingJobDefinitions") or [{}])[0]
+        results_path = join_uri(definition["OutputDataConfig"]["S3OutputPath"], name, "tuning-results")
+    rows = trial_rows(list_training_jobs_for_tuning_job(backend, name))
+    storage = Storage(endpoint_url=getattr(backend, "s3_endpoint_url", None))
+    results_uri, plot_uri = join_uri(results_path, "trials.json"), join_uri(results_path, "objective.png")
+    document = {"tuning_job": name, "strategy": cfg.get("Strategy"), "objective": objective,
+                "status": description["HyperParameterTuningJobStatus"],
+                "best_training_job": (description.get("BestTrainingJob") or {}).get("TrainingJobName"),
+                "trials": rows}
+    storage.write_bytes(json.dumps(document, indent=1).encode(), results_uri)
+    with tempfile.TemporaryDirectory(prefix="smdist-plot-") as tmp:
+        png = os.path.join(tmp, "objective.png")
+        plot_objective(rows, metric=objective.get("MetricName", "objective"), maximize=objective.get("Type") == "Maximize",
+                       title=f"{name}: {cfg.get('Strategy')} search, {len(rows)} trials", path=png)
+        storage.upload(png, plot_uri)
+    return {"results_uri": results_uri, "plot_uri": plot_uri}

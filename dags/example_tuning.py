@@ -1,0 +1,165 @@
+"""Seed option: SageMaker automatic model tuning (Random, Bayesian, Hyperband or Grid search) of a tabular model.
+
+Tunes the learning rate and tree depth of scikit-learn gradient-boosted trees on generated data (Friedman #1
+regression), minimising the validation RMSE the training script prints, then scores a fresh generated set
+with the best trial's model. Trigger it from the UI with Params (``strategy`` picks the search), or run it
+end to end here:
+
+    airflow dags test smdist_tuning
+    airflow dags test smdist_tuning --conf '{"strategy": "Hyperband"}'
+
+The default backend is ``local``: every trial is a real training job on this machine, two at a time.
+Set the ``smdist_default`` connection's extra to {"backend": "sagemaker"} (or SMDIST_BACKEND=sagemaker), and
+the ``data_uri`` / ``output_uri`` / ``role`` params to your S3 prefixes and execution role, to run the same
+DAG on SageMaker. The last task stands where a batch inference (transform) task will: it takes the tuning
+result from XCom (best training job, hyperparameters, objective, model artifact) and scores with the model.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pendulum
+
+try:  # Airflow 3
+    from airflow.sdk import DAG, Param, task
+except ImportError:  # Airflow 2.10 / 2.11
+    from airflow import DAG
+    from airflow.decorators import task
+    from airflow.models.param import Param
+
+from airflow_smdist.operators.tuning import SmdistTuningOperator
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
+SKLEARN_IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"
+
+with DAG(
+    dag_id="smdist_tuning",
+    description="Hyperparameter tuning (Random, Bayesian, Hyperband, Grid) of gradient-boosted trees; scores with the best model",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["smdist", "tuning", "scikit-learn"],
+    params={
+        "strategy": Param("Bayesian", type="string", enum=["Bayesian", "Random", "Hyperband", "Grid"],
+                          description="Search strategy. Grid runs every combination of a 3x3 grid; the others "
+                                      "sample continuous/integer ranges."),
+        "max_jobs": Param(10, type="integer", minimum=1, maximum=100,
+                          description="Training jobs (trials) to run; Grid runs every combination instead."),
+        "max_parallel_jobs": Param(2, type="integer", minimum=1, maximum=10, description="Trials at a time."),
+        "random_seed": Param(42, type="integer", minimum=0, description="RandomSeed: the same seed, the same search."),
+        "epochs": Param(8, type="integer", minimum=1, maximum=50,
+                        description="Boosting rounds per trial (Hyperband's MaxResource)."),
+        "rows": Param(2000, type="integer", minimum=200, description="Generated training rows."),
+        "data_uri": Param(f"{LOCAL_DATA}/tabular", type="string",
+                          description="Prefix the generated data is written to and read from (s3:// on SageMaker)."),
+        "output_uri": Param(f"{LOCAL_DATA}/tuning", type="string", description="S3OutputPath of the trials."),
+        "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string",
+                      description="SageMaker execution role (only used by the sagemaker backend)."),
+        "image_uri": Param(SKLEARN_IMAGE, type="string", description="Training image (SageMaker scikit-learn)."),
+        "instance_type": Param("ml.m5.large", type="string", description="Instance type of every trial."),
+    },
+    render_template_as_native_obj=True,
+) as dag:
+
+    @task
+    def generate_data(data_uri: str, rows: int) -> dict:
+        """Friedman #1 regression: train / validation channels, and a scoring set with its labels."""
+        import io
+
+        import numpy as np
+        from sklearn.datasets import make_friedman1
+
+        from airflow_smdist.storage import Storage, join_uri
+
+        storage = Storage()
+        x, y = make_friedman1(n_samples=int(rows * 1.5), n_features=8, noise=0.5, random_state=7)
+        data = np.column_stack([x, y])
+        n_train, n_val = rows, rows // 4
+        parts = {"train": data[:n_train], "validation": data[n_train:n_train + n_val], "score": data[n_train + n_val:]}
+        uris = {}
+        for channel, rows_of in parts.items():
+            buf = io.StringIO()
+            np.savetxt(buf, rows_of, delimiter=",", fmt="%.6f")
+            uris[channel] = join_uri(data_uri, channel) + "/"
+            storage.write_bytes(buf.getvalue().encode(), join_uri(data_uri, channel, "part-0000.csv"))
+        print({k: len(v) for k, v in parts.items()}, uris)
+        return uris
+
+    @task
+    def plan_search(strategy: str, max_jobs: int) -> dict:
+        """The ranges for the chosen strategy: Grid takes categorical ranges (every combination runs)."""
+        if strategy == "Grid":
+            return {"ranges": {"learning_rate": [0.03, 0.1, 0.3], "max_depth": [2, 3, 5]}, "max_jobs": None}
+        return {"ranges": {"learning_rate": {"type": "continuous", "min": 0.01, "max": 0.5, "scaling": "Logarithmic"},
+                           "max_depth": {"type": "integer", "min": 1, "max": 6}},
+                "max_jobs": max_jobs}
+
+    data = generate_data("{{ params.data_uri }}", "{{ params.rows }}")
+    search = plan_search("{{ params.strategy }}", "{{ params.max_jobs }}")
+
+    tune = SmdistTuningOperator(
+        task_id="tune",
+        entry_point="train.py",
+        source_dir=os.path.join(HERE, "scripts", "tuning"),
+        image_uri="{{ params.image_uri }}",
+        instance_type="{{ params.instance_type }}",
+        role="{{ params.role }}",
+        inputs={"train": "{{ ti.xcom_pull(task_ids='generate_data')['train'] }}",
+                "validation": "{{ ti.xcom_pull(task_ids='generate_data')['validation'] }}"},
+        output_path="{{ params.output_uri }}",
+        hyperparameters={"epochs": "{{ params.epochs }}", "trees_per_epoch": 15},
+        metric_definitions=[{"Name": "validation:rmse", "Regex": r"val_rmse=([0-9.]+)"},
+                            {"Name": "train:rmse", "Regex": r"train_rmse=([0-9.]+)"}],
+        objective_metric_name="validation:rmse",
+        objective_type="Minimize",
+        strategy="{{ params.strategy }}",
+        hyperparameter_ranges="{{ ti.xcom_pull(task_ids='plan_search')['ranges'] }}",
+        max_jobs="{{ ti.xcom_pull(task_ids='plan_search')['max_jobs'] }}",
+        max_parallel_jobs="{{ params.max_parallel_jobs }}",
+        random_seed="{{ params.random_seed }}",
+        max_run=1800,
+        poll_interval=2,
+    )
+    [data, search] >> tune
+
+    @task
+    def score_with_best_model(result: dict, data: dict, output_uri: str) -> dict:
+        """Load the best trial's model.tar.gz and score the generated scoring set (a batch inference task
+        takes this place once the transform operator lands: it reads the same XCom fields)."""
+        import io
+        import math
+        import tarfile
+        import tempfile
+
+        import joblib
+        import numpy as np
+
+        from airflow_smdist.storage import Storage, join_uri
+
+        storage = Storage()
+        print(f"tuning job {result['job_name']} ({result['strategy']}): best {result['best_training_job']} "
+              f"{result['objective_metric']}={result['best_objective_value']} with {result['best_hyperparameters']}; "
+              f"trials {result['training_job_status_counters']}; plot {result.get('plot_uri')}")
+        with tempfile.TemporaryDirectory() as tmp:
+            with tarfile.open(fileobj=io.BytesIO(storage.read_bytes(result["model_artifacts"]))) as tar:
+                tar.extractall(tmp, filter="data")
+            model = joblib.load(os.path.join(tmp, "model.joblib"))
+        rows = np.vstack([np.loadtxt(io.StringIO(storage.read_bytes(o.uri).decode()), delimiter=",", ndmin=2)
+                          for o in storage.list(data["score"])])
+        x, y = rows[:, :-1], rows[:, -1]
+        predictions = model.predict(x)
+        rmse = math.sqrt(float(np.mean((predictions - y) ** 2)))
+        baseline = math.sqrt(float(np.mean((y.mean() - y) ** 2)))
+        out_uri = join_uri(output_uri, result["job_name"], "predictions", "score.csv.out")
+        storage.write_bytes(("\n".join(f"{p:.6f}" for p in predictions) + "\n").encode(), out_uri)
+        print(f"scored {len(y)} rows with {result['best_training_job']}: RMSE {rmse:.4f} "
+              f"(predicting the mean: {baseline:.4f}) -> {out_uri}")
+        if not rmse < baseline:
+            raise RuntimeError(f"the best model (RMSE {rmse:.4f}) does not beat the mean ({baseline:.4f})")
+        return {"rmse": rmse, "baseline_rmse": baseline, "rows": len(y), "predictions": out_uri,
+                "model": result["model_artifacts"], "best_training_job": result["best_training_job"],
+                "best_hyperparameters": result["best_hyperparameters"]}
+
+    score_with_best_model(tune.output, data, "{{ params.output_uri }}")

@@ -1,0 +1,240 @@
+"""Batch inference on the sagemaker backend, over HTTP to the moto server (no mocked methods of ours).
+
+moto completes every job at once and writes no outputs; where a test needs the service's outputs it writes
+them into moto's S3 itself, as a transform job would have (one line per record), or drives job states
+through moto_server's helpers."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import uuid
+from types import SimpleNamespace
+
+import boto3
+import pytest
+
+from airflow_smdist._compat import AirflowException
+from airflow_smdist.backends.base import BackendError
+from airflow_smdist.backends.local import inference
+from airflow_smdist.backends.sagemaker import SageMakerBackend
+from airflow_smdist.operators.transform import (
+    SageMakerBatchShardPlanOperator,
+    SageMakerShardedBatchInferenceOperator,
+    create_model,
+    describe_model,
+)
+from airflow_smdist.sensors.transform import SageMakerShardedBatchInferenceSensor
+from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.transform import RUNNER_NAME, build_model, build_transform
+from moto_server import REGION, set_job_status
+
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"
+ROWS = {"a.csv": 3, "nested/b.csv": 5, "c.csv": 2, "d.csv": 4}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def context(run_id: str, task_id: str = "score", map_index: int = -1):
+    return {"ti": SimpleNamespace(dag_id="dag", task_id=task_id, map_index=map_index, try_number=1), "run_id": run_id}
+
+
+@pytest.fixture
+def backend(moto_server):
+    return SageMakerBackend()
+
+
+@pytest.fixture
+def s3(moto_server):
+    return boto3.client("s3", endpoint_url=moto_server, region_name=REGION)
+
+
+@pytest.fixture
+def sm(moto_server):
+    return boto3.client("sagemaker", endpoint_url=moto_server, region_name=REGION)
+
+
+@pytest.fixture
+def prefix(s3, s3_bucket):
+    """Input objects and a model.tar.gz in moto's S3."""
+    for key, n in ROWS.items():
+        s3.put_object(Bucket=s3_bucket, Key=f"in/{key}", Body="".join(f"{i},{i + 1},{i + 2},{i}\n" for i in range(n)))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("code/inference.py")
+        info.size = 0
+        tar.addfile(info, io.BytesIO(b""))
+    s3.put_object(Bucket=s3_bucket, Key="model/model.tar.gz", Body=buf.getvalue())
+    return s3_bucket
+
+
+def write_output(s3, bucket, key, lines):
+    """What the service writes for an object: its predictions, one line per record."""
+    s3.put_object(Bucket=bucket, Key=f"out/{key}.out", Body="".join(f"{i * 0.5}\n" for i in range(lines)))
+
+
+def op(bucket, **kw):
+    args = dict(task_id="score", backend="sagemaker", input_uri=f"s3://{bucket}/in/", output_uri=f"s3://{bucket}/out/",
+                model_data=f"s3://{bucket}/model/model.tar.gz", image_uri=IMAGE, role=ROLE, instance_count=2,
+                accept="text/csv", poll_interval=0.05, print_logs=False)
+    args.update(kw)
+    return SageMakerShardedBatchInferenceOperator(**args)
+
+
+def test_model_and_transform_job_round_trip(backend, prefix):
+    name = unique("model")
+    request = build_model(model_name=name, model_data=f"s3://{prefix}/model/model.tar.gz", role=ROLE,
+                          image_uri=IMAGE, allow_local_uris=False).request
+    arn = create_model(backend, request)
+    assert arn.endswith(f":model/{name}")
+    d = describe_model(backend, name)
+    assert d["ModelName"] == name
+    assert d["PrimaryContainer"]["ModelDataUrl"] == request["PrimaryContainer"]["ModelDataUrl"]
+    assert d["PrimaryContainer"]["Environment"]["SAGEMAKER_SUBMIT_DIRECTORY"] == "/opt/ml/model/code"
+    assert describe_model(backend, unique("absent")) is None
+    job = unique("tj")
+    req = build_transform(job_name=job, model_name=name, input_uri=f"s3://{prefix}/in/",
+                          output_uri=f"s3://{prefix}/out/", instance_count=3, content_type="text/csv",
+                          split_type="Line", batch_strategy="MultiRecord", max_payload_mb=4, assemble_with="Line",
+                          accept="text/csv", allow_local_uris=False)
+    assert backend.submit("transform", req) == job
+    got = backend.describe("transform", job)
+    assert got["TransformJobStatus"] == "Completed"
+    for key in ("ModelName", "TransformInput", "TransformOutput", "TransformResources", "BatchStrategy",
+                "MaxPayloadInMB"):
+        assert got[key] == req[key], key
+    with pytest.raises(BackendError) as e:
+        backend.submit("transform", req)
+    assert e.value.code == "ResourceInUse"
+
+
+def test_local_uris_are_refused_before_any_call(backend, sm):
+    request = build_model(model_name=unique("model"), model_data="file:///tmp/model.tar.gz", role=ROLE,
+                          image_uri=IMAGE).request
+    with pytest.raises(SpecError, match="file:// URIs only work on the local backend"):
+        create_model(backend, request)
+    assert request["ModelName"] not in [m["ModelName"] for m in sm.list_models()["Models"]]
+
+
+def test_operator_finds_what_the_jobs_did_not_write_and_reruns_only_that(backend, prefix, s3, sm):
+    run = f"run-{uuid.uuid4().hex}"
+    # moto "completes" the job but writes nothing: every object is named as missing
+    with pytest.raises(AirflowException) as e:
+        op(prefix).execute(context(run))
+    assert "4 of 4 object(s) incomplete" in str(e.value)
+    assert f"s3://{prefix}/in/nested/b.csv: no output s3://{prefix}/out/nested/b.csv.out" in str(e.value)
+    first = sm.list_transform_jobs(NameContains="smdist-batch-score")["TransformJobSummaries"]
+    jobs = [j["TransformJobName"] for j in first]
+    d = sm.describe_transform_job(TransformJobName=jobs[0])
+    assert d["TransformInput"]["DataSource"]["S3DataSource"] == {"S3DataType": "S3Prefix",
+                                                                 "S3Uri": f"s3://{prefix}/in/"}
+    manifest = json.loads(s3.get_object(Bucket=prefix, Key="out/_smdist/manifest.json")["Body"].read())
+    assert not manifest["complete"] and len(manifest["pending"]) == 4
+
+    # the service wrote three outputs, one with a record missing: the re-run covers only the other two
+    write_output(s3, prefix, "a.csv", ROWS["a.csv"])
+    write_output(s3, prefix, "nested/b.csv", ROWS["nested/b.csv"])
+    write_output(s3, prefix, "c.csv", ROWS["c.csv"] - 1)
+    with pytest.raises(AirflowException) as e:
+        op(prefix).execute(context(run))
+    assert "2 of 4 object(s) incomplete" in str(e.value)
+    assert f"s3://{prefix}/in/c.csv: 2 record(s) in, 1 line(s)" in str(e.value)
+    job2 = jobs[0] + "-g2"
+    d = sm.describe_transform_job(TransformJobName=job2)
+    src = d["TransformInput"]["DataSource"]["S3DataSource"]
+    assert src["S3DataType"] == "ManifestFile"
+    bucket, key = src["S3Uri"][len("s3://"):].split("/", 1)
+    assert json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read()) == [
+        {"prefix": f"s3://{prefix}/in/"}, "c.csv", "d.csv"]
+
+    write_output(s3, prefix, "c.csv", ROWS["c.csv"])
+    write_output(s3, prefix, "d.csv", ROWS["d.csv"])
+    summary = op(prefix).execute(context(run))
+    assert summary["complete"] and summary["processed"] == 0 and summary["jobs"] == []
+    assert summary["records"] == sum(ROWS.values())
+    with pytest.raises(Exception):
+        sm.describe_transform_job(TransformJobName=jobs[0] + "-g3")  # nothing missing: no third job
+    assert summary["outputs"][f"s3://{prefix}/in/nested/b.csv"] == f"s3://{prefix}/out/nested/b.csv.out"
+
+
+def test_processing_fan_out_sends_a_sharded_processing_job_and_uploads_the_runner(backend, prefix, s3, sm):
+    run = f"run-{uuid.uuid4().hex}"
+    for key, n in ROWS.items():
+        write_output(s3, prefix, key, n)
+    s3.delete_object(Bucket=prefix, Key="out/d.csv.out")
+    with pytest.raises(AirflowException, match="1 of 4"):
+        op(prefix, fan_out="processing", task_id="score_p").execute(context(run, "score_p"))
+    listed = sm.list_processing_jobs(NameContains="smdist-batch-score-p")["ProcessingJobSummaries"]
+    name = listed[0]["ProcessingJobName"]
+    d = sm.describe_processing_job(ProcessingJobName=name)
+    inputs = {i["InputName"]: i["S3Input"] for i in d["ProcessingInputs"]}
+    assert inputs["data"]["S3DataDistributionType"] == "ShardedByS3Key"
+    assert inputs["data"]["S3DataType"] == "ManifestFile"  # only d.csv was missing
+    assert inputs["model"]["S3Uri"] == f"s3://{prefix}/model/model.tar.gz"
+    assert d["ProcessingResources"]["ClusterConfig"]["InstanceCount"] == 2
+    assert d["AppSpecification"]["ImageUri"] == IMAGE
+    bucket, key = inputs["code"]["S3Uri"][len("s3://"):].split("/", 1)
+    assert key.endswith(RUNNER_NAME)
+    with open(inference.__file__, "rb") as f:
+        assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == f.read()
+
+
+def test_planner_writes_shard_manifests_a_mapped_shard_job_reads(backend, prefix, s3, sm):
+    run = f"run-{uuid.uuid4().hex}"
+    plan = SageMakerBatchShardPlanOperator(task_id="plan", backend="sagemaker", input_uri=f"s3://{prefix}/in/",
+                                           output_uri=f"s3://{prefix}/out/", shards=2, accept="text/csv")
+    shards = plan.execute(context(run, "plan"))
+    assert len(shards) == 2 and sum(s["objects"] for s in shards) == 4
+    listed = []
+    for s in shards:
+        bucket, key = s["manifest_uri"][len("s3://"):].split("/", 1)
+        entries = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        assert entries[0] == {"prefix": f"s3://{prefix}/in/"}
+        listed += entries[1:]
+    assert sorted(listed) == sorted(ROWS)
+    for key in json.loads(s3.get_object(Bucket=prefix, Key=shards[0]["manifest_uri"].split("/", 3)[3])["Body"]
+                          .read())[1:]:
+        write_output(s3, prefix, key, ROWS[key])
+    result = op(prefix, fan_out="jobs", task_id="shard", shard=shards[0]).execute(context(run, "shard", 0))
+    assert result["complete"] and result["processed"] == 0  # its outputs were there: no job
+    with pytest.raises(AirflowException, match="incomplete"):
+        op(prefix, fan_out="jobs", task_id="shard", shard=shards[1]).execute(context(run, "shard", 1))
+    name = sm.list_transform_jobs(NameContains="smdist-batch-shard")["TransformJobSummaries"][0]["TransformJobName"]
+    src = sm.describe_transform_job(TransformJobName=name)["TransformInput"]["DataSource"]["S3DataSource"]
+    assert src == {"S3DataType": "ManifestFile", "S3Uri": shards[1]["manifest_uri"]}
+
+
+def test_kill_stops_the_running_job(backend, prefix, sm):
+    task = op(prefix, wait_for_completion=False)
+    result = task.execute(context(f"run-{uuid.uuid4().hex}"))
+    name = result["jobs"][0]["job_name"]
+    set_job_status("transform", name, "InProgress")
+    task._running_job = name
+    task.on_kill()
+    assert sm.describe_transform_job(TransformJobName=name)["TransformJobStatus"] == "Stopped"
+
+
+def test_sensor_waits_then_checks_completeness(backend, prefix, s3):
+    task = op(prefix, wait_for_completion=False)
+    name = task.execute(context(f"run-{uuid.uuid4().hex}"))["jobs"][0]["job_name"]
+    set_job_status("transform", name, "InProgress")
+    sensor = SageMakerShardedBatchInferenceSensor(task_id="wait", job_names=[name], backend="sagemaker",
+                                                  input_uri=f"s3://{prefix}/in/", output_uri=f"s3://{prefix}/out/",
+                                                  record_settings={"split_type": "Line", "assemble_with": "Line",
+                                                                   "batch_strategy": "MultiRecord",
+                                                                   "accept": "text/csv"})
+    assert sensor.poke({}) is False
+    set_job_status("transform", name, "Completed")
+    with pytest.raises(AirflowException, match="4 of 4 object"):
+        sensor.poke({})
+    for key, n in ROWS.items():
+        write_output(s3, prefix, key, n)
+    done = sensor.poke({})
+    assert done.is_done and done.xcom_value["complete"] and done.xcom_value["records"] == sum(ROWS.values())
+    set_job_status("transform", name, "Failed", failure_reason="AlgorithmError: boom")
+    with pytest.raises(AirflowException, match="ended Failed: AlgorithmError: boom"):
+        sensor.poke({})
