@@ -11,8 +11,8 @@ end to end here:
 The default backend is ``local``: every trial is a real training job on this machine, two at a time.
 Set the ``smdist_default`` connection's extra to {"backend": "sagemaker"} (or SMDIST_BACKEND=sagemaker), and
 the ``data_uri`` / ``output_uri`` / ``role`` params to your S3 prefixes and execution role, to run the same
-DAG on SageMaker. The last task stands where a batch inference (transform) task will: it takes the tuning
-result from XCom (best training job, hyperparameters, objective, model artifact) and scores with the model.
+DAG on SageMaker. The best trial's model (from the tuning job's XCom) then scores a held-out set with a
+sharded batch transform job, and the last task checks the predictions against the labels.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ except ImportError:  # Airflow 2.10 / 2.11
     from airflow.decorators import task
     from airflow.models.param import Param
 
+from airflow_smdist.operators.transform import SageMakerShardedBatchInferenceOperator
 from airflow_smdist.operators.tuning import SmdistTuningOperator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,6 +85,12 @@ with DAG(
             np.savetxt(buf, rows_of, delimiter=",", fmt="%.6f")
             uris[channel] = join_uri(data_uri, channel) + "/"
             storage.write_bytes(buf.getvalue().encode(), join_uri(data_uri, channel, "part-0000.csv"))
+        # the scoring set's features alone, as several objects, for the batch inference job
+        uris["score_features"] = join_uri(data_uri, "score-features") + "/"
+        for i, chunk in enumerate(np.array_split(parts["score"][:, :-1], 4)):
+            buf = io.StringIO()
+            np.savetxt(buf, chunk, delimiter=",", fmt="%.6f")
+            storage.write_bytes(buf.getvalue().encode(), join_uri(data_uri, "score-features", f"part-{i:04d}.csv"))
         print({k: len(v) for k, v in parts.items()}, uris)
         return uris
 
@@ -124,42 +131,45 @@ with DAG(
     )
     [data, search] >> tune
 
+    # the best trial's model, straight from the tuning job's XCom, scored by a sharded batch transform job
+    score = SageMakerShardedBatchInferenceOperator(
+        task_id="batch_inference", fan_out="transform",
+        model_data="{{ ti.xcom_pull(task_ids='tune')['model_artifacts'] }}", image_uri="{{ params.image_uri }}",
+        role="{{ params.role }}", instance_type="{{ params.instance_type }}", instance_count=2,
+        input_uri="{{ ti.xcom_pull(task_ids='generate_data')['score_features'] }}",
+        output_uri="{{ params.output_uri }}/predictions/{{ run_id | replace(':', '-') | replace('+', '-') | replace('.', '-') }}",
+        content_type="text/csv", accept="text/csv", split_type="Line", batch_strategy="MultiRecord",
+        assemble_with="Line", poll_interval=2)
+    tune >> score
+
     @task
-    def score_with_best_model(result: dict, data: dict, output_uri: str) -> dict:
-        """Load the best trial's model.tar.gz and score the generated scoring set (a batch inference task
-        takes this place once the transform operator lands: it reads the same XCom fields)."""
+    def evaluate(result: dict, scored: dict, data: dict) -> dict:
+        """The batch predictions of the best model against the held-out labels."""
         import io
         import math
-        import tarfile
-        import tempfile
 
-        import joblib
         import numpy as np
 
-        from airflow_smdist.storage import Storage, join_uri
+        from airflow_smdist.storage import Storage
 
         storage = Storage()
         print(f"tuning job {result['job_name']} ({result['strategy']}): best {result['best_training_job']} "
               f"{result['objective_metric']}={result['best_objective_value']} with {result['best_hyperparameters']}; "
               f"trials {result['training_job_status_counters']}; plot {result.get('plot_uri')}")
-        with tempfile.TemporaryDirectory() as tmp:
-            with tarfile.open(fileobj=io.BytesIO(storage.read_bytes(result["model_artifacts"]))) as tar:
-                tar.extractall(tmp, filter="data")
-            model = joblib.load(os.path.join(tmp, "model.joblib"))
-        rows = np.vstack([np.loadtxt(io.StringIO(storage.read_bytes(o.uri).decode()), delimiter=",", ndmin=2)
-                          for o in storage.list(data["score"])])
-        x, y = rows[:, :-1], rows[:, -1]
-        predictions = model.predict(x)
-        rmse = math.sqrt(float(np.mean((predictions - y) ** 2)))
-        baseline = math.sqrt(float(np.mean((y.mean() - y) ** 2)))
-        out_uri = join_uri(output_uri, result["job_name"], "predictions", "score.csv.out")
-        storage.write_bytes(("\n".join(f"{p:.6f}" for p in predictions) + "\n").encode(), out_uri)
-        print(f"scored {len(y)} rows with {result['best_training_job']}: RMSE {rmse:.4f} "
-              f"(predicting the mean: {baseline:.4f}) -> {out_uri}")
+        if not scored["complete"]:
+            raise RuntimeError(f"batch inference incomplete: {scored}")
+        outputs = sorted((o.uri for o in storage.list(scored["output_uri"]) if o.uri.endswith(".csv.out")))
+        predictions = np.concatenate([np.loadtxt(io.StringIO(storage.read_bytes(u).decode()), ndmin=1)
+                                      for u in outputs])
+        labels = np.vstack([np.loadtxt(io.StringIO(storage.read_bytes(o.uri).decode()), delimiter=",", ndmin=2)
+                            for o in storage.list(data["score"])])[:, -1]
+        rmse = math.sqrt(float(np.mean((predictions - labels) ** 2)))
+        baseline = math.sqrt(float(np.mean((labels.mean() - labels) ** 2)))
+        print(f"batch inference of {len(labels)} rows in {len(outputs)} objects with {result['best_training_job']}: "
+              f"RMSE {rmse:.4f} (predicting the mean: {baseline:.4f})")
         if not rmse < baseline:
             raise RuntimeError(f"the best model (RMSE {rmse:.4f}) does not beat the mean ({baseline:.4f})")
-        return {"rmse": rmse, "baseline_rmse": baseline, "rows": len(y), "predictions": out_uri,
-                "model": result["model_artifacts"], "best_training_job": result["best_training_job"],
-                "best_hyperparameters": result["best_hyperparameters"]}
+        return {"rmse": rmse, "baseline_rmse": baseline, "rows": int(len(labels)), "manifest": scored.get("manifest_uri"),
+                "model": result["model_artifacts"], "best_training_job": result["best_training_job"]}
 
-    score_with_best_model(tune.output, data, "{{ params.output_uri }}")
+    evaluate(tune.output, score.output, data)

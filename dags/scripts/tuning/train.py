@@ -58,6 +58,12 @@ def main():
 
     os.makedirs(args.model_dir, exist_ok=True)
     joblib.dump(model, os.path.join(args.model_dir, "model.joblib"))
+    # the inference handlers travel with the model, as SageMaker's serving containers expect them
+    import shutil
+
+    os.makedirs(os.path.join(args.model_dir, "code"), exist_ok=True)
+    shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "inference.py"),
+                    os.path.join(args.model_dir, "code", "inference.py"))
     with open(os.path.join(args.model_dir, "metadata.json"), "w") as f:
         json.dump({"learning_rate": args.learning_rate, "max_depth": args.max_depth, "trees": model.n_estimators,
                    "features": int(x_train.shape[1]), "validation_rmse": rmse(model, x_val, y_val)}, f)
