@@ -10,7 +10,9 @@
 Both run on the ``local`` backend (for real, on this machine; Spark on a local Spark) or on ``sagemaker``, and
 share the job-name, reattach, wait, log and stop logic of :class:`SmdistJobOperator`. Local files the
 request names (the app, its dependencies, the Spark configuration, local input sources) are uploaded to
-``code_location`` before the job is submitted.
+``<code_location>/<job>/input/<channel>`` before the job is submitted; without ``code_location``, where the
+SageMaker SDK puts them (its default bucket ``s3://sagemaker-<region>-<account>``), or under the local job
+root on the local backend.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ PYSPARK_ARGS = (
     "framework_version", "py_version", "container_version", "image_uri", "dependency_location",
     "configuration_location",
 )
+#: the builder arguments that say where local files are uploaded (all default to code_location)
+LOCATION_ARGS = ("code_location", "dependency_location", "configuration_location")
 SCRIPT_ARGS = ("image_uri", "framework", "framework_version", "py_version", "code", "command", "entrypoint")
 RENDERERS = {"inputs": "json", "outputs": "json", "env": "json", "configuration": "json", "arguments": "json",
              "network_config": "json", "tags": "json"}
@@ -90,9 +94,36 @@ class _ProcessingOperator(SmdistJobOperator):
         raise NotImplementedError
 
     def plan(self, job_name: str, backend_name: str):
-        return self.builder()(job_name=job_name, region=self.hook.region_name,
-                              allow_local_uris=backend_name == "local",
-                              **{name: getattr(self, name) for name in self.builder_args})
+        from airflow_smdist.specs.errors import SpecError
+
+        args = {name: getattr(self, name) for name in self.builder_args}
+        build = self.builder()
+        try:
+            return build(job_name=job_name, region=self.hook.region_name, allow_local_uris=backend_name == "local",
+                         **args)
+        except SpecError as exc:
+            # local files to upload and nowhere given to put them: where the SageMaker SDK would put them
+            if self.code_location or exc.field not in LOCATION_ARGS or "is required to upload" not in exc.problem:
+                raise
+        args["code_location"] = self.default_code_location()
+        return build(job_name=job_name, region=self.hook.region_name, allow_local_uris=backend_name == "local",
+                     **args)
+
+    def default_code_location(self) -> str:
+        """The SDK's default: the session's bucket ``s3://sagemaker-<region>-<account>`` on SageMaker (the
+        account from STS through the aws connection); ``file://<local job root>/code`` on the local backend."""
+        backend = self.get_backend()
+        if backend.name == "local":
+            location = f"file://{backend.store.root.resolve()}/code"
+        else:
+            from airflow.providers.amazon.aws.hooks.sts import StsHook
+
+            region = self.hook.region_name or "us-east-1"
+            account = StsHook(aws_conn_id=self.hook.aws_conn_id, region_name=region).get_account_number()
+            location = f"s3://sagemaker-{region}-{account}"
+        self.log.info("code_location not given: local files go to %s/<job>/input/ (as the SageMaker SDK's default "
+                      "bucket); give code_location to choose.", location)
+        return location
 
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
         self._plan = plan = self.plan(job_name, backend_name)

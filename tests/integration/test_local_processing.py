@@ -482,7 +482,7 @@ def test_script_operator_uploads_runs_and_returns_the_outputs(tmp_path, script_d
                       "rank = rc['hosts'].index(rc['current_host'])\n"
                       "open(os.path.join(sys.argv[2], f'count-{rank}.txt'), 'w').write(str(n))\nprint('counted', n)\n")
     op = SmdistProcessingOperator(task_id="count", image_uri=IMAGE, code=str(script), instance_count=2,
-                                  code_location=f"file://{tmp_path}/code", poll_interval=0.3,
+                                  poll_interval=0.3,  # no code_location: the local job root's code/
                                   inputs={"shards": {"source": f"file://{script_data}/shards/",
                                                      "distribution": "ShardedByS3Key"}},
                                   outputs={"counts": f"file://{tmp_path}/counts"},
@@ -491,7 +491,7 @@ def test_script_operator_uploads_runs_and_returns_the_outputs(tmp_path, script_d
     json.dumps(result)  # XCom-safe
     assert result["status"] == "Completed" and result["backend"] == "local" and result["instance_count"] == 2
     assert result["outputs"] == {"counts": f"file://{tmp_path}/counts"}
-    assert result["inputs"]["code"].endswith(f"/{result['job_name']}/input/code/count.py")
+    assert result["inputs"]["code"] == f"file://{(tmp_path / 'jobs').resolve()}/code/{result['job_name']}/input/code/count.py"
     counts = files_under(result["outputs"]["counts"])
     assert sorted(counts) == ["count-0.txt", "count-1.txt"]
     assert sorted(int(v) for v in counts.values()) == [3, 4]  # 7 objects sharded over 2 hosts

@@ -168,6 +168,21 @@ def test_pyspark_operator_uploads_and_submits_on_sagemaker(moto_server, s3_bucke
     assert any("spark-submit finished" in line for line in op._last_lines)  # CloudWatch logs reached the task log
 
 
+def test_without_code_location_uploads_go_to_the_sdk_default_bucket(moto_server, s3, tmp_path):
+    from airflow_smdist.operators.processing import SmdistProcessingOperator
+
+    script = tmp_path / "prep.py"
+    script.write_text("print('prep')\n")
+    default_bucket = f"sagemaker-{REGION}-123456789012"  # moto's account for the test credentials
+    s3.create_bucket(Bucket=default_bucket)
+    name = unique("default-bucket")
+    op = SmdistProcessingOperator(task_id="prep", backend="sagemaker", job_name=name, image_uri=IMAGE,
+                                  code=str(script), role=ROLE, poll_interval=0.1)
+    result = op.execute(context(f"run-{uuid.uuid4().hex}", "prep"))
+    assert result["inputs"]["code"] == f"s3://{default_bucket}/{name}/input/code/prep.py"
+    assert set(objects(s3, default_bucket)) >= {f"{name}/input/code/prep.py"}
+
+
 def test_local_uris_are_refused_before_any_call_on_sagemaker(moto_server):
     from airflow_smdist.operators.processing import SmdistProcessingOperator
 
