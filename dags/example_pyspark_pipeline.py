@@ -35,6 +35,7 @@ except ImportError:  # Airflow 2.10 / 2.11
 
 from airflow_smdist.operators.processing import SageMakerPySparkProcessingOperator
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+from airflow_smdist.operators.transform import SageMakerShardedBatchInferenceOperator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "scripts", "pyspark")
@@ -144,8 +145,21 @@ with DAG(
     )
     preprocess >> train
 
+    # sharded batch inference over the validation split: the label column is filtered out going in and
+    # joined back coming out, so every output line is "label,probability"
+    score = SageMakerShardedBatchInferenceOperator(
+        task_id="batch_inference", fan_out="transform",
+        model_data="{{ ti.xcom_pull(task_ids='train')['model_artifacts'] }}", image_uri="{{ params.training_image }}",
+        entry_point="inference.py", source_dir=SCRIPTS, role="{{ params.role }}",
+        instance_type="{{ params.instance_type }}", instance_count=2,
+        input_uri="{{ ti.xcom_pull(task_ids='preprocess')['outputs']['validation'] }}",
+        output_uri="{{ params.data_uri }}/scored/{{ run_id | replace(':', '-') | replace('+', '-') | replace('.', '-') }}",
+        content_type="text/csv", accept="text/csv", split_type="Line", batch_strategy="MultiRecord",
+        assemble_with="Line", input_filter="$[1:]", join_source="Input", output_filter="$[0,-1]", poll_interval=2)
+    train >> score
+
     @task
-    def report(processed: dict, trained: dict) -> dict:
+    def report(processed: dict, trained: dict, scored: dict) -> dict:
         """What a downstream task consumes: where the splits and the model are, and how good it is."""
         from airflow_smdist.storage import Storage
 
@@ -153,7 +167,11 @@ with DAG(
             raise RuntimeError(f"model artifact missing: {trained['model_artifacts']}")
         print(f"preprocess {processed['job_name']}: {processed['exit_message']} -> {processed['outputs']}")
         print(f"train {trained['job_name']}: {trained['final_metrics']} -> {trained['model_artifacts']}")
+        if not scored["complete"]:
+            raise RuntimeError(f"batch inference incomplete: {scored}")
+        print(f"batch inference: {scored['records']} records in {scored['objects']} objects, "
+              f"manifest {scored['manifest_uri']}")
         return {"splits": processed["outputs"], "model": trained["model_artifacts"],
                 "validation_accuracy": trained["final_metrics"].get("validation:accuracy")}
 
-    report(preprocess.output, train.output)
+    report(preprocess.output, train.output, score.output)

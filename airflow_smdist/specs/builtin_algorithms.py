@@ -259,3 +259,38 @@ def algorithm_image_uri(name: str, region: str, version: str | None = None) -> s
         algo.image_framework, region, version=version or algo.default_version, image_scope="training",
         fields={"version": "algorithm_version", "other": "algorithm"},
     )
+
+
+# -- metrics the service defines for built-in algorithms -------------------------------------------------------
+#: SageMaker's regex for one XGBoost evaluation value: the container prints ``[<round>]\t<data>-<metric>:<value>``
+#: and CloudWatch (whose log agent writes a tab as ``#011``) is what the regexes read.
+_XGB_METRIC_REGEX = r".*\[[0-9]+\].*#011{data}-{metric}:([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?).*"
+#: The metric names of the MetricDefinitions that DescribeTrainingJob reports for ``sagemaker-xgboost`` jobs
+#: (union of a 1.5-1 job's and a 2020 tuning job's published descriptions: both data sets for each name, and
+#: ``validation:r2``, which SageMaker defines for the validation set only).
+_XGB_METRICS = ("accuracy", "auc", "aucpr", "cox-nloglik", "error", "f1", "gamma-deviance", "gamma-nloglik",
+                "logloss", "mae", "map", "merror", "mlogloss", "mse", "ndcg", "poisson-nloglik", "rmse",
+                "tweedie-nloglik")
+_XGB_VALIDATION_ONLY = ("r2",)
+
+
+def metric_definitions(name: str) -> list[dict[str, str]]:
+    """The MetricDefinitions SageMaker itself gives a training job of built-in algorithm ``name``.
+
+    SageMaker attaches these to the job (DescribeTrainingJob shows them under AlgorithmSpecification) and
+    *refuses* a CreateTrainingJob request for a built-in algorithm that carries its own ("You can't override the
+    metric definitions for Amazon SageMaker algorithms"), so request builders must not add them; the local
+    backend uses this function to do what the service does. Only XGBoost's are known here: the others return
+    an empty list.
+    """
+    algo = get_algorithm(name)
+    if algo.name != "xgboost":
+        return []
+    out = []
+    for metric in _XGB_METRICS:
+        for data in ("train", "validation"):
+            out.append({"Name": f"{data}:{metric}", "Regex": _XGB_METRIC_REGEX.format(data=data, metric=metric)})
+    for metric in _XGB_VALIDATION_ONLY:
+        out.append({"Name": f"validation:{metric}",
+                    "Regex": _XGB_METRIC_REGEX.format(data="validation", metric=metric)})
+    return out

@@ -372,10 +372,11 @@ def test_warm_start_informs_the_search_with_the_parents_trials(backend, tmp_path
 
 
 def test_what_cannot_run_locally_is_refused_before_anything_is_written(backend, tmp_path, source):
+    # k-means has no local emulation (built-in XGBoost does: backends/local/builtin_xgboost.py)
     plan = build_tuning(job_name=unique("builtin"), role=ROLE, output_path=f"file://{tmp_path}/out",
-                        algorithm="xgboost", algorithm_version="1.7-1", instance_type="ml.m5.large",
-                        hyperparameters={"num_round": 50}, objective_metric_name="validation:rmse",
-                        objective_type="Minimize", hyperparameter_ranges={"eta": {"min": 0.01, "max": 0.5}},
+                        algorithm="kmeans", instance_type="ml.m5.large",
+                        hyperparameters={"k": 3, "feature_dim": 4}, objective_metric_name="test:msd",
+                        objective_type="Minimize", hyperparameter_ranges={"mini_batch_size": {"type": "integer", "min": 100, "max": 500}},
                         max_jobs=4)
     with pytest.raises(SpecError, match="runs its own container code"):
         backend.submit("tuning", plan.request)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import sys
 import tarfile
 import tempfile
@@ -28,6 +30,54 @@ from airflow_smdist.storage import relative_key, safe_join
 
 OPERATION = "CreateTrainingJob"
 CHECKPOINT_DEFAULT = "/opt/ml/checkpoints"
+#: the SageMaker XGBoost container, in any account and region (``algorithm_image_uri("xgboost", ...)``)
+XGBOOST_IMAGE = re.compile(r"^[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?/sagemaker-xgboost"
+                           r"(?::(?P<tag>[A-Za-z0-9._-]+)|@sha256:[0-9a-f]{64})$")
+XGBOOST_MODULE = "airflow_smdist.backends.local.builtin_xgboost"
+XGBOOST_TRACKER_PORT = 9099  # the container's first Rabit port; the second rendezvous uses the next one
+XGBOOST_LOCAL_CONTENT_TYPES = ("csv", "text/csv", "libsvm", "text/libsvm", "text/x-libsvm")
+
+
+def builtin_xgboost_image(image: str | None) -> bool:
+    """Whether ``image`` is SageMaker's XGBoost container (repository ``sagemaker-xgboost``)."""
+    return bool(image) and XGBOOST_IMAGE.match(str(image).strip()) is not None
+
+
+def runs_builtin_xgboost(request: dict) -> bool:
+    """The built-in XGBoost algorithm: its image, and neither a script (script mode runs the same image) nor a
+    ContainerEntrypoint. The local backend runs :mod:`.builtin_xgboost` on each host for it."""
+    spec = request["AlgorithmSpecification"]
+    return (builtin_xgboost_image(spec.get("TrainingImage")) and not spec.get("ContainerEntrypoint")
+            and "sagemaker_program" not in (request.get("HyperParameters") or {}))
+
+
+def builtin_metric_definitions(request: dict) -> list[dict]:
+    """The MetricDefinitions SageMaker gives a built-in algorithm's job (the request may not carry its own)."""
+    if not runs_builtin_xgboost(request):
+        return []
+    from airflow_smdist.specs.builtin_algorithms import metric_definitions
+
+    return metric_definitions("xgboost")
+
+
+def free_port_pair(addresses: list[str], preferred: int) -> int:
+    """``preferred`` when it and the next port can be bound on every address (no listener, no TIME_WAIT left by
+    an earlier job), else the first such pair above it."""
+    for port in [preferred] + list(range(preferred + 2, preferred + 2000, 2)):
+        socks = []
+        try:
+            for addr in addresses:
+                for p in (port, port + 1):
+                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    socks.append(s)
+                    s.bind((addr, p))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free pair of TCP ports for the XGBoost tracker")
 
 
 def checkpoint_relpath(request: dict) -> str | None:
@@ -42,7 +92,8 @@ class TrainingSupervisor(JobSupervisor):
     kind = "training"
 
     def metric_definitions(self) -> list[dict]:
-        return self.request["AlgorithmSpecification"].get("MetricDefinitions") or []
+        spec = self.request["AlgorithmSpecification"]
+        return spec.get("MetricDefinitions") or builtin_metric_definitions(self.request)
 
     def periodic(self) -> None:
         self.sync_checkpoints(self.cluster)
@@ -91,6 +142,10 @@ class TrainingSupervisor(JobSupervisor):
             write_json_atomic(hd / "input/config/hyperparameters.json", req.get("HyperParameters", {}))
             write_json_atomic(hd / "input/config/inputdataconfig.json", contract.input_data_config_json(req, names))
             write_json_atomic(hd / "input/config/resourceconfig.json", contract.resource_config_json(cluster, host))
+            if req.get("CheckpointConfig"):  # as SageMaker writes it (the XGBoost container reads LocalPath)
+                write_json_atomic(hd / "input/config/checkpointconfig.json",
+                                  {"LocalPath": req["CheckpointConfig"].get("LocalPath") or CHECKPOINT_DEFAULT,
+                                   "S3Uri": req["CheckpointConfig"]["S3Uri"]})
             if source is not None:
                 with tarfile.open(source) as tar:
                     tar.extractall(hd / "code", filter="data")  # rejects absolute and '..' members
@@ -125,6 +180,15 @@ class TrainingSupervisor(JobSupervisor):
         spec = req["AlgorithmSpecification"]
         n_cpus = max(1, (os.cpu_count() or 1) // len(cluster.hosts))
         nproc = contract.processes_per_host(extra, 0)
+        builtin = runs_builtin_xgboost(req)
+        tracker_port = None
+        if builtin:
+            runner = "sagemaker-xgboost algorithm mode"
+            tracker_port = free_port_pair([h.address for h in cluster.hosts], XGBOOST_TRACKER_PORT)
+            self.save(xgboost_tracker_port=tracker_port)
+            if tracker_port != XGBOOST_TRACKER_PORT:
+                self.say(f"ports {XGBOOST_TRACKER_PORT}-{XGBOOST_TRACKER_PORT + 1} are taken on this machine: the "
+                         f"XGBoost tracker uses {tracker_port}-{tracker_port + 1}")
         for host in cluster.hosts:
             hd = self.host_dir(host)
             inside = contract.HostPaths("/opt/ml" if isolation == "namespace" else str(hd))
@@ -135,7 +199,10 @@ class TrainingSupervisor(JobSupervisor):
             env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or str(n_cpus)
             if runner == "mwms":
                 env["TF_CONFIG"] = contract.tf_config(cluster, host)
-            if spec.get("ContainerEntrypoint"):
+            if builtin:
+                env["SMDIST_XGBOOST_TRACKER_PORT"] = str(tracker_port)
+                cmd = [sys.executable, "-m", XGBOOST_MODULE]
+            elif spec.get("ContainerEntrypoint"):
                 cmd = list(spec["ContainerEntrypoint"]) + list(spec.get("ContainerArguments") or [])
             else:
                 cmd = contract.host_command(launcher=runner, entry=entry, args=contract.to_cmd_args(user),
@@ -258,7 +325,9 @@ def check_request(request: dict) -> None:
     if spec.get("AlgorithmName"):
         raise SpecError("AlgorithmSpecification.AlgorithmName", "marketplace/registered algorithms need SageMaker.",
                         "use backend='sagemaker'.")
-    if "sagemaker_program" not in hps and not spec.get("ContainerEntrypoint"):
+    if runs_builtin_xgboost(request):
+        check_builtin_xgboost(request)
+    elif "sagemaker_program" not in hps and not spec.get("ContainerEntrypoint"):
         raise SpecError("AlgorithmSpecification.TrainingImage",
                         f"{spec.get('TrainingImage')!r} runs its own container code, which needs Docker or SageMaker.",
                         "run it with backend='sagemaker', or give entry_point=... (script mode) or "
@@ -287,6 +356,28 @@ def check_request(request: dict) -> None:
 
 
 
+def check_builtin_xgboost(request: dict) -> None:
+    """What the built-in XGBoost algorithm cannot do locally, or SageMaker would refuse."""
+    import importlib.util
+
+    spec = request["AlgorithmSpecification"]
+    if spec.get("MetricDefinitions"):
+        raise SpecError("AlgorithmSpecification.MetricDefinitions",
+                        "You can't override the metric definitions for Amazon SageMaker algorithms. Please retry the "
+                        "request without specifying metric definitions (SageMaker's ValidationException).",
+                        "drop metric_definitions: the job gets the algorithm's own (train:rmse, validation:auc, ...).")
+    if importlib.util.find_spec("xgboost") is None:
+        raise SpecError("AlgorithmSpecification.TrainingImage",
+                        "the local backend runs the built-in XGBoost algorithm with the xgboost package, which is not "
+                        "installed here.", "pip install xgboost, or use backend='sagemaker'.")
+    for ch in request.get("InputDataConfig", []):
+        content_type = ch.get("ContentType")
+        if content_type and content_type.split(";")[0].strip().lower() not in XGBOOST_LOCAL_CONTENT_TYPES:
+            raise SpecError(f"InputDataConfig[{ch['ChannelName']}].ContentType",
+                            f"{content_type!r} input is not emulated by the local backend's XGBoost.",
+                            "use text/csv or text/libsvm locally, or backend='sagemaker'.")
+
+
 def describe(backend, request: dict, state: dict) -> dict:
     """DescribeTrainingJob's response for a local job."""
     name = request["TrainingJobName"]
@@ -295,7 +386,7 @@ def describe(backend, request: dict, state: dict) -> dict:
         "TrainingJobArn": backend.arn("training", name),
         "TrainingJobStatus": state["status"],
         "SecondaryStatus": state.get("secondary_status", "Starting"),
-        "AlgorithmSpecification": request["AlgorithmSpecification"],
+        "AlgorithmSpecification": _algorithm_specification(request),
         "RoleArn": request.get("RoleArn"),
         "HyperParameters": request.get("HyperParameters", {}),
         "InputDataConfig": request.get("InputDataConfig", []),
@@ -329,6 +420,16 @@ def describe(backend, request: dict, state: dict) -> dict:
         if request.get(key):
             d[key] = request[key]
     return d
+
+
+def _algorithm_specification(request: dict) -> dict:
+    """The request's, with the MetricDefinitions SageMaker adds for a built-in algorithm, as it reports them."""
+    spec = dict(request["AlgorithmSpecification"])
+    if not spec.get("MetricDefinitions"):
+        defs = builtin_metric_definitions(request)
+        if defs:
+            spec["MetricDefinitions"] = defs
+    return spec
 
 
 def main(argv: list[str] | None = None) -> int:

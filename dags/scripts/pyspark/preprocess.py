@@ -16,6 +16,18 @@ from pyspark.sql import functions as F
 import features
 
 
+def drop_bookkeeping(path):
+    """Spark writes Hadoop's .crc checksums and a _SUCCESS marker beside the parts; the processing job
+    uploads everything under the output directory, and the next jobs (training channels, batch transform)
+    should see only data objects."""
+    local = path[len("file://"):] if path.startswith("file://") else path
+    if not os.path.isdir(local):
+        return
+    for name in os.listdir(local):
+        if name.endswith(".crc") or name == "_SUCCESS":
+            os.remove(os.path.join(local, name))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--input", required=True)
@@ -41,6 +53,7 @@ def main():
         split = split.repartition(parts).cache()
         counts[name] = split.count()
         split.write.mode("overwrite").option("header", False).csv(path)
+        drop_bookkeeping(path)
         churn = split.agg(F.mean(features.LABEL)).first()[0]
         print(f"{name}: rows={counts[name]} churn_rate={churn:.4f} files={parts} -> {path}", flush=True)
     summary = {"raw_rows": total, "kept_rows": counts["train"] + counts["validation"], **counts}
