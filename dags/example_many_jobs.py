@@ -118,5 +118,5 @@ with DAG(
             raise RuntimeError("the chain should have needed more than one link")
         return {"fan_out_jobs": len(fan), "links": len(chained["links"])}
 
-    subtasks >> growing
+    subtasks >> [growing, chain]  # every job reads the generated data
     summary(fan_out.output, chain.output)

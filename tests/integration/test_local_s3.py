@@ -83,4 +83,4 @@ def test_missing_input_prefix_is_a_clear_failure(moto_server, s3_bucket, tmp_pat
     name = f"empty-{uuid.uuid4().hex[:8]}"
     _backend, d = run(moto_server, tmp_path, s3_bucket, name, {"train": f"s3://{s3_bucket}/nothing-here/"})
     assert d["TrainingJobStatus"] == "Failed"
-    assert "No S3 objects found under S3 URL" in d["FailureReason"]
+    assert d["FailureReason"].startswith("ClientError: No S3 objects found under S3 URL")  # as SageMaker words it

@@ -24,6 +24,11 @@ from airflow_smdist.storage import Storage, StoredObject, parse_uri
 FAILURE_LIMIT = 1024
 
 
+class PlatformError(RuntimeError):
+    """A failure SageMaker itself reports (its message is the FailureReason as it stands, e.g.
+    "ClientError: No S3 objects found under S3 URL ..."), as opposed to an error of ours."""
+
+
 def stop_grace() -> float:
     return float(os.environ.get("SMDIST_LOCAL_STOP_GRACE", "30"))
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from airflow_smdist.backends.local import contract, dt, last_modified, launcher, transitions_of
 from airflow_smdist.backends.local.store import write_json_atomic
-from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, free_port, shard
+from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, PlatformError, free_port, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import relative_key, safe_join
 
@@ -112,7 +112,7 @@ class TrainingSupervisor(JobSupervisor):
             else:
                 listings[ch["ChannelName"]] = (src["S3Uri"], self.storage.list(src["S3Uri"]))
             if not listings[ch["ChannelName"]][1]:
-                raise RuntimeError(f"ClientError: No S3 objects found under S3 URL \"{src['S3Uri']}\" given in "
+                raise PlatformError(f"ClientError: No S3 objects found under S3 URL \"{src['S3Uri']}\" given in "
                                    f"input data source. Please ensure that the bucket exists in the selected region, "
                                    f"that objects exist under that S3 prefix, and that the role has access.")
         source = self.fetch_source()
@@ -307,7 +307,7 @@ class TrainingSupervisor(JobSupervisor):
             if self.procs:
                 self.end_all(5)
             status, secondary = "Failed", "Failed"
-            reason = (reason or f"{type(e).__name__}: {e}")[:FAILURE_LIMIT]
+            reason = (reason or (str(e) if isinstance(e, PlatformError) else f"{type(e).__name__}: {e}"))[:FAILURE_LIMIT]
         finally:
             self.store.release_block(job_key)
         self.secondary(secondary, {"Completed": "Training job completed", "Failed": "Training job failed",
