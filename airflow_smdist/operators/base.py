@@ -218,7 +218,24 @@ class SmdistJobOperator(BaseOperator):
         self._last_lines = (getattr(self, "_last_lines", []) + [e.format() for e in events])[-20:]
         return cursor
 
+    def lineage(self) -> tuple[list[str], list[str]]:
+        """(inputs, outputs) for OpenLineage: from the last job's description (see airflow_smdist.lineage)."""
+        from airflow_smdist.lineage import lineage_uris
+
+        description = getattr(self, "_last_description", None)
+        return lineage_uris(self.kind, description) if description else ([], [])
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any):
+        """Input and output datasets of the job, when the OpenLineage provider is installed."""
+        from airflow_smdist.lineage import operator_lineage
+
+        inputs, outputs = self.lineage()
+        if not inputs and not outputs:
+            return None
+        return operator_lineage(inputs, outputs)
+
     def check_and_result(self, description: dict[str, Any]) -> dict[str, Any]:
+        self._last_description = description
         status = description[OPERATIONS[self.kind]["status_key"]]
         if status != "Completed":
             reason = description.get("FailureReason") or description.get("SecondaryStatus") or status

@@ -168,34 +168,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         for name in self.secret_hyperparameters:
             if name in out["hyperparameters"]:
                 out["hyperparameters"][name] = "***"
-        self._last_description = description
         return out
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any):
-        """Inputs: the channels' S3 prefixes; output: the model artifact (OpenLineage provider if installed)."""
-        description = getattr(self, "_last_description", None)
-        if not description:
-            return None
-        try:
-            from airflow.providers.openlineage.extractors import OperatorLineage
-        except ImportError:
-            return None
-        inputs = [ch["DataSource"]["S3DataSource"]["S3Uri"] for ch in description.get("InputDataConfig", [])
-                  if "S3DataSource" in ch.get("DataSource", {})]
-        model = (description.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
-        return OperatorLineage(inputs=[lineage_dataset(u) for u in inputs],
-                               outputs=[lineage_dataset(model)] if model else [])
-
-
-def lineage_dataset(uri: str):
-    """An OpenLineage dataset for an s3:// or file:// URI (namespace: scheme + bucket, name: key)."""
-    from airflow.providers.common.compat.openlineage.facet import Dataset
-
-    scheme, _, rest = uri.partition("://")
-    bucket, _, key = rest.partition("/")
-    if scheme == "file":
-        return Dataset(namespace="file", name="/" + rest.lstrip("/"))
-    return Dataset(namespace=f"{scheme}://{bucket}", name=key or "/")
 
 
 def training_result(description: dict[str, Any], backend_name: str, plan: Any = None) -> dict[str, Any]:

@@ -696,6 +696,10 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
         return self._job_summary(description)
 
+    def lineage(self) -> tuple[list[str], list[str]]:
+        """The whole input prefix in, the output prefix out, whichever way (and however many jobs) ran."""
+        return [str(self.input_uri)], [str(self.output_uri)]
+
     def persist_links(self, context: Any, job_name: str) -> None:
         SageMakerBatchInferenceJobLink.persist(
             context=context, operator=self, region_name=self.hook.region_name or "us-east-1", aws_partition="aws",

@@ -35,11 +35,18 @@ def airflow_env(tmp_path_factory):
     return airflow, env
 
 
+#: runs with other Params: the tuning DAG with every strategy besides its default
+VARIANTS = [("smdist_tuning", {"strategy": s}) for s in ("Random", "Hyperband", "Grid")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("dag_id", dag_ids())
-def test_example_dag_runs_on_the_local_backend(airflow_env, dag_id):
+@pytest.mark.parametrize("dag_id, conf", [(d, None) for d in dag_ids()] + VARIANTS)
+def test_example_dag_runs_on_the_local_backend(airflow_env, dag_id, conf):
+    import json
+
     airflow, env = airflow_env
-    run = subprocess.run([airflow, "dags", "test", dag_id], env=env, capture_output=True, text=True, timeout=1200)
+    cmd = [airflow, "dags", "test", dag_id] + (["--conf", json.dumps(conf)] if conf else [])
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
     log = run.stdout + run.stderr
     problems = [line for line in log.splitlines()
                 if any(w in line for w in ("ended Failed", "ended Stopped", "Traceback", "Error:", "AirflowException"))

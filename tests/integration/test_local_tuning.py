@@ -448,3 +448,36 @@ def test_sensor_waits_while_running_and_fails_on_a_failed_job(backend, tmp_path,
     wait(backend, name)
     with pytest.raises(AirflowException, match="ended Failed"):
         sensor.poke({})
+
+
+def test_deferred_tuning_waits_through_the_trigger_and_returns_the_same_result(tmp_path, source, monkeypatch):
+    import asyncio
+
+    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+    from airflow_smdist.operators.tuning import SmdistTuningOperator
+
+    TaskDeferred = __import__("airflow.sdk.exceptions" if AIRFLOW_V_3_0_PLUS else "airflow.exceptions",
+                              fromlist=["TaskDeferred"]).TaskDeferred
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    op = SmdistTuningOperator(
+        task_id="tune", entry_point="objective.py", source_dir=source, image_uri=IMAGE,
+        output_path=f"file://{tmp_path}/out", hyperparameters={"epochs": 2}, instance_type="ml.m5.large",
+        metric_definitions=[{"Name": METRIC, "Regex": r"val_loss=([0-9.]+)"}], objective_metric_name=METRIC,
+        objective_type="Minimize", strategy="Random", max_jobs=2, max_parallel_jobs=2, random_seed=1,
+        hyperparameter_ranges=RANGES, poll_interval=0.5, smdist_conn_id=None, deferrable=True)
+    context = {"ti": SimpleNamespace(dag_id="smdist_tests", task_id="tune", map_index=-1, xcom_push=lambda **kw: None),
+               "run_id": unique("manual")}
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    path, kwargs = deferred.value.trigger.serialize()
+    assert kwargs["kind"] == "tuning"
+    trigger = type(deferred.value.trigger)(**kwargs)
+
+    async def first_event():
+        async for event in trigger.run():
+            return event
+
+    event = asyncio.run(asyncio.wait_for(first_event(), 180))
+    assert event.payload["status"] == "success"
+    result = op.execute_complete(context, event.payload)
+    assert result["status"] == "Completed" and result["trials"] == 2 and result["best_training_job"]
