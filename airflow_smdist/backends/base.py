@@ -89,6 +89,23 @@ class LogEvent:
         return f"[{self.host}] {self.message}"
 
 
+def tuning_log_events(backend, name: str, cursor: Any = None) -> tuple[list[LogEvent], dict]:
+    """A tuning job's logs are its trials' (training jobs') logs: every host of every trial, merged by
+    time, each line prefixed ``<trial suffix>/<host>``. ``cursor`` holds one cursor per trial."""
+    cursor = dict(cursor or {})
+    events: list[LogEvent] = []
+    for summary in backend.list_training_jobs_for_tuning_job(name):
+        trial = summary["TrainingJobName"]
+        try:
+            new, cursor[trial] = backend.log_events("training", trial, cursor.get(trial))
+        except JobNotFound:
+            continue
+        short = trial[len(name) + 1:] if trial.startswith(name + "-") else trial
+        events += [LogEvent(e.timestamp, f"{short}/{e.host}", e.message) for e in new]
+    events.sort(key=lambda e: (e.timestamp, e.host))
+    return events, cursor
+
+
 class BackendError(RuntimeError):
     """A backend call failed. Keeps the service's own error code and message (never 'request failed')."""
 

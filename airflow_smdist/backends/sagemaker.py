@@ -22,6 +22,7 @@ from airflow_smdist.backends.base import (
     LogEvent,
     operation,
     status_of,
+    tuning_log_events,
 )
 from airflow_smdist.specs.errors import SpecError, SpecErrors
 from airflow_smdist.specs.validate import LOCAL_URI_PREFIXES, operation_model, validate_request
@@ -195,9 +196,8 @@ class SageMakerBackend:
         cursor = dict(cursor or {})
         if kind == "tuning":
             # A tuning job writes no logs of its own; its trials' logs are the training jobs' streams
-            # (/aws/sagemaker/TrainingJobs/<trial>/...). Reading them needs the trial names
-            # (ListTrainingJobsForHyperParameterTuningJob), which is left to a later version.
-            return [], cursor
+            # (/aws/sagemaker/TrainingJobs/<trial>/...), found through ListTrainingJobsForHyperParameterTuningJob.
+            return tuning_log_events(self, name, cursor)
         group = OPERATIONS[kind]["log_group"]
         try:
             streams = self._log_streams(group, name)

@@ -481,3 +481,9 @@ def test_deferred_tuning_waits_through_the_trigger_and_returns_the_same_result(t
     assert event.payload["status"] == "success"
     result = op.execute_complete(context, event.payload)
     assert result["status"] == "Completed" and result["trials"] == 2 and result["best_training_job"]
+    # the tuning job's logs are its own platform lines and every trial's hosts, prefixed by trial
+    events, cursor = LocalBackend(tmp_path / "jobs").log_events("tuning", result["job_name"])
+    hosts = {e.host for e in events}
+    assert "platform" in hosts and {h for h in hosts if h.endswith("/algo-1")} and len(hosts) >= 3
+    assert [e.timestamp for e in events] == sorted(e.timestamp for e in events)
+    assert LocalBackend(tmp_path / "jobs").log_events("tuning", result["job_name"], cursor)[0] == []

@@ -405,10 +405,6 @@ def test_log_events_without_streams_or_group(backend, moto_server):
     assert backend.log_events("transform", unique("nogroup"), {"x": "f/1"}) == ([], {"x": "f/1"})
 
 
-def test_log_events_of_tuning_are_empty_for_now(backend):
-    assert backend.log_events("tuning", unique("hpo")) == ([], {})
-
-
 # ---- list ------------------------------------------------------------------------------------------------------
 def test_list_jobs_filters_by_name_and_status(backend):
     prefix = unique("listed")

@@ -214,3 +214,27 @@ def test_sensor_waits_for_a_running_tuning_job(backend, s3_bucket):
     sensor = SmdistTuningSensor(task_id="wait2", job_name=other, backend="sagemaker", region_name=REGION)
     with pytest.raises(AirflowException, match="ended Failed: ClientError: all training jobs failed"):
         sensor.poke({})
+
+
+def test_tuning_logs_are_its_trials_streams_merged_by_time(backend, s3_bucket, moto_server):
+    from moto_server import add_tuning_trial, seed_log_stream, start_tuning_job
+
+    name = unique("hpologs")
+    backend.submit("tuning", plan(name, s3_bucket).request)
+    start_tuning_job(name)
+    first = add_tuning_trial(name, {"learning_rate": "0.1", "max_depth": "3"})
+    second = add_tuning_trial(name, {"learning_rate": "0.2", "max_depth": "4"})
+    import time
+
+    group = "/aws/sagemaker/TrainingJobs"
+    t0 = int(time.time() * 1000) - 60_000  # CloudWatch refuses events older than 14 days
+    seed_log_stream(moto_server, group, f"{first}/algo-1-1700000000", [(t0, "a0"), (t0 + 2000, "a2")])
+    seed_log_stream(moto_server, group, f"{second}/algo-1-1700000000", [(t0 + 1000, "b1")])
+    events, cursor = backend.log_events("tuning", name)
+    assert [(e.host, e.message) for e in events] == [
+        (f"{first[len(name) + 1:]}/algo-1", "a0"), (f"{second[len(name) + 1:]}/algo-1", "b1"),
+        (f"{first[len(name) + 1:]}/algo-1", "a2")]
+    assert json.loads(json.dumps(cursor)) == cursor and set(cursor) == {first, second}
+    seed_log_stream(moto_server, group, f"{second}/algo-2-1700000000", [(t0 + 3000, "b3")])
+    again, _ = backend.log_events("tuning", name, cursor)
+    assert [(e.host, e.message) for e in again] == [(f"{second[len(name) + 1:]}/algo-2", "b3")]

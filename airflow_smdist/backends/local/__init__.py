@@ -24,7 +24,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_smdist.backends.base import OPERATIONS, TERMINAL_STATES, BackendError, JobNotFound, LogEvent
+from airflow_smdist.backends.base import (
+    OPERATIONS,
+    TERMINAL_STATES,
+    BackendError,
+    JobNotFound,
+    LogEvent,
+    tuning_log_events,
+)
 from airflow_smdist.backends.local import launcher
 from airflow_smdist.backends.local.store import JobStore, pid_alive, read_json, write_json_atomic
 from airflow_smdist.specs.validate import validate_request
@@ -127,6 +134,16 @@ class LocalBackend:
         job_dir = self.store.job_dir(kind, name)
         if not (job_dir / "state.json").exists():
             raise JobNotFound(kind, name)
+        cursor = dict(cursor or {})
+        if kind == "tuning":  # the tuning job's own platform lines, then every trial's hosts
+            own, cursor["_own"] = self._read_logs(job_dir, cursor.get("_own"))
+            trials, cursor["_trials"] = tuning_log_events(self, name, cursor.get("_trials"))
+            return sorted(own + trials, key=lambda e: (e.timestamp, e.host)), cursor
+        return self._read_logs(job_dir, cursor)
+
+    @staticmethod
+    def _read_logs(job_dir: Path, cursor: dict | None) -> tuple[list[LogEvent], dict]:
+        """New lines of every ``logs/<host>.jsonl`` since the byte offsets in ``cursor``, merged by time."""
         cursor = dict(cursor or {})
         events: list[LogEvent] = []
         logs = job_dir / "logs"
