@@ -141,30 +141,11 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
 
 # ---- trials of a tuning job, on either backend ------------------------------------------------------------------
 def list_training_jobs_for_tuning_job(backend, name: str, *, status_equals: str | None = None,
-                                      sort_by: str | None = None, sort_order: str | None = None,
-                                      page_size: int = 100) -> list[dict[str, Any]]:
+                                      sort_by: str | None = None, sort_order: str | None = None) -> list[dict[str, Any]]:
     """Every HyperParameterTrainingJobSummary of tuning job ``name`` (ListTrainingJobsForHyperParameterTuningJob,
-    all pages), on the local or the sagemaker backend. Uses the sagemaker backend's own
-    ``list_training_jobs_for_tuning_job`` when it has one."""
-    if backend.name == "local":
-        from airflow_smdist.backends.local.tuning import list_training_jobs_for_tuning_job as local_list
-
-        return local_list(backend, name, status_equals=status_equals, sort_by=sort_by, sort_order=sort_order)
-    method = getattr(backend, "list_training_jobs_for_tuning_job", None)
-    if method is not None:
-        return method(name, status_equals=status_equals, sort_by=sort_by, sort_order=sort_order, page_size=page_size)
-    kwargs: dict[str, Any] = {"HyperParameterTuningJobName": name, "MaxResults": page_size}
-    for key, value in (("StatusEquals", status_equals), ("SortBy", sort_by), ("SortOrder", sort_order)):
-        if value:
-            kwargs[key] = value
-    summaries: list[dict[str, Any]] = []
-    while True:
-        page = backend._call("ListTrainingJobsForHyperParameterTuningJob", **kwargs)
-        summaries.extend(page.get("TrainingJobSummaries", []))
-        token = page.get("NextToken")
-        if not token or token == kwargs.get("NextToken"):
-            return summaries
-        kwargs["NextToken"] = token
+    all pages), on either backend: both implement the call."""
+    return backend.list_training_jobs_for_tuning_job(name, status_equals=status_equals, sort_by=sort_by,
+                                                     sort_order=sort_order)
 
 
 def _decoded(tuned: dict[str, str]) -> dict[str, Any]:

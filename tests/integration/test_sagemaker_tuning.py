@@ -110,7 +110,7 @@ def test_a_running_tuning_job_counts_its_trials_and_lists_them(backend, s3_bucke
     assert by_name[t3]["FailureReason"] == "AlgorithmError: ExitCode 1" and by_name[t3]["ObjectiveStatus"] == "Failed"
     assert all(s["TuningJobName"] == name for s in listed)
     # every page is read (3 a page here), filters and sorting are the service's
-    assert [s["TrainingJobName"] for s in list_training_jobs_for_tuning_job(backend, name, page_size=3)] == [t1, t2, t3, t4]
+    assert [s["TrainingJobName"] for s in backend.list_training_jobs_for_tuning_job(name, page_size=3)] == [t1, t2, t3, t4]
     assert [s["TrainingJobName"] for s in list_training_jobs_for_tuning_job(backend, name, status_equals="Completed")] \
         == [t1, t4]
     ordered = list_training_jobs_for_tuning_job(backend, name, sort_by="FinalObjectiveMetricValue", sort_order="Ascending")
