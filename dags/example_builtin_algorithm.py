@@ -41,10 +41,10 @@ with DAG(
     catchup=False,
     tags=["smdist", "option-1", "builtin-algorithm", "xgboost"],
     params={
-        "data_uri": Param(f"{LOCAL_DATA}/tabular", type="string",
+        "data_uri": Param(f"{LOCAL_DATA}/builtin-xgboost", type="string",
                           description="Prefix the generated train/ and validation/ CSV objects are written to "
                                       "(s3:// on SageMaker)."),
-        "output_uri": Param(f"{LOCAL_DATA}/output", type="string", description="S3OutputPath of the training job."),
+        "output_uri": Param(f"{LOCAL_DATA}/builtin-xgboost-output", type="string", description="S3OutputPath of the training job."),
         "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string",
                       description="SageMaker execution role (only used by the sagemaker backend)."),
         "instance_type": Param("ml.m5.xlarge", type="string",

@@ -89,3 +89,25 @@ def test_main_example_dag_runs_end_to_end_on_the_local_backend(tmp_path):
     assert len(artifacts) == 1
     assert "train:loss" in log
     assert "'train:loss':" in log  # the report task printed final_metrics from the training task's XCom
+
+
+def test_example_dags_keep_their_data_apart():
+    """Prefixes are S3 string prefixes: one DAG's default data or output URI must not be a prefix of
+    another's, or a job's channel would read the other DAG's objects."""
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:
+        from airflow.models.dagbag import DagBag
+    bag = DagBag(dag_folder=DAGS, include_examples=False) if "include_examples" in __import__("inspect").signature(
+        DagBag).parameters else DagBag(dag_folder=DAGS)
+    uris = []
+    for dag_id, dag in bag.dags.items():
+        for key in ("data_uri", "output_uri"):
+            if key in dag.params:
+                value = dag.params[key] if not hasattr(dag.params, "get_param") else dag.params.get_param(key).value
+                uris.append((f"{dag_id}.{key}", str(value).rstrip("/") + "/"))
+    assert len(uris) >= 10
+    for name_a, a in uris:
+        for name_b, b in uris:
+            if name_a != name_b:
+                assert not b.startswith(a), f"{name_b} ({b}) lies under {name_a} ({a})"

@@ -16,7 +16,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+
+_out_lock = threading.Lock()
+
+
+def _forward(stream) -> None:
+    """Copy one rank's output line by line (as mpirun does), so ranks never interleave mid-line."""
+    out = sys.stdout.buffer
+    for line in iter(stream.readline, b""):
+        with _out_lock:
+            out.write(line if line.endswith(b"\n") else line + b"\n")
+            out.flush()
+    stream.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
             "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
             "LOCAL_WORLD_SIZE": str(args.np), "GROUP_RANK": str(args.node_rank),
         })
-        procs.append(subprocess.Popen(cmd, env=env))
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        threading.Thread(target=_forward, args=(proc.stdout,), daemon=True).start()
+        procs.append(proc)
 
     def forward(signum, _frame):
         for p in procs:
