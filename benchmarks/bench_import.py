@@ -20,14 +20,11 @@ sys.path.insert(0, HERE)
 from _common import report  # noqa: E402
 
 
-def sample(code: str, repeats: int) -> float:
-    times = []
-    env = {**os.environ, "PYTHONPATH": REPO}
-    for _ in range(repeats):
-        t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def once(code: str) -> float:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": REPO},
+                   capture_output=True)
+    return time.perf_counter() - t
 
 
 def main() -> None:
@@ -38,17 +35,21 @@ def main() -> None:
         base_code = "import airflow.sdk"
     except ImportError:  # Airflow 2
         base_code = "import airflow.models"
-    base = sample(base_code, repeats)
-    rows = [(f"`{base_code}` (baseline)", f"{base:.2f} s", "1.00")]
+    variants = [(f"`{base_code}` (baseline)", base_code)]
     for module in ("airflow_smdist", "airflow_smdist.operators.training", "airflow_smdist.triggers.training"):
-        t = sample(f"{base_code}; import {module}", repeats)
-        rows.append((f"+ import {module}", f"{t:.2f} s", f"{t / base:.2f}"))
+        variants.append((f"+ import {module}", f"{base_code}; import {module}"))
     for dag in sorted(glob.glob(os.path.join(REPO, "dags", "*.py"))):
-        t = sample(f"{base_code}; import runpy; runpy.run_path({dag!r})", repeats)
-        rows.append((f"+ parse dags/{os.path.basename(dag)}", f"{t:.2f} s", f"{t / base:.2f}"))
+        variants.append((f"+ parse dags/{os.path.basename(dag)}", f"{base_code}; import runpy; runpy.run_path({dag!r})"))
+    samples: dict[str, list[float]] = {label: [] for label, _ in variants}
+    for _ in range(repeats):  # round-robin, so load on the machine hits every variant alike
+        for label, code in variants:
+            samples[label].append(once(code))
+    base = statistics.median(samples[variants[0][0]])
+    rows = [(label, f"{statistics.median(samples[label]):.2f} s", f"{statistics.median(samples[label]) / base:.2f}")
+            for label, _ in variants]
     report("Provider import and DAG parse time", rows,
-           note=f"median of {repeats} fresh interpreters each; heavy modules (torch, pyspark, sagemaker SDK) "
-                "are imported only inside tasks.")
+           note=f"median of {repeats} fresh interpreters each, sampled round-robin; heavy modules (torch, pyspark, "
+                "sagemaker SDK, optuna, scikit-learn) are imported only inside tasks.")
 
 
 if __name__ == "__main__":
