@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.training import _as_int  # the builders' one integer coercion
 from airflow_smdist.specs.validate import validate_request
 
 DEFAULT_REGION = "us-east-1"
@@ -109,11 +110,6 @@ class ProcessingPlan:
 
 
 # -- small argument checks -------------------------------------------------------------------------------
-def _as_int(value: Any, name: str, minimum: int = 1) -> int:
-    """Jinja renders numbers as strings: accept "2" for 2, reject "two" with the field named."""
-    from airflow_smdist.specs.training import _as_int as as_int
-
-    return as_int(value, name, minimum)
 
 
 def _as_bool(value: Any, name: str) -> bool:

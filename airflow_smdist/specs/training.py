@@ -77,18 +77,20 @@ def encode_hyperparameters(hps: dict[str, Any], *, script_mode: bool) -> dict[st
     return out
 
 
-def _as_int(value: Any, name: str, minimum: int = 1) -> int:
-    """Jinja renders numbers as strings: accept "2" for 2, reject "two" with the field named."""
+def _as_int(value: Any, name: str, minimum: int | None = 1) -> int:
+    """Jinja renders numbers as strings: accept "2" for 2, reject "two" and 2.5 with the field named.
+    The one integer coercion of the request builders (processing, transform and tuning use it too)."""
+    fix = f"give an integer >= {minimum}." if minimum is not None else "give an integer."
     if isinstance(value, bool):
-        raise SpecError(name, f"{value!r} is a boolean, not an integer.", f"give an integer >= {minimum}.")
+        raise SpecError(name, f"{value!r} is a boolean, not an integer.", fix)
     try:
         number = int(str(value).strip()) if isinstance(value, str) else int(value)
         if not isinstance(value, str) and number != value:
             raise ValueError
     except (TypeError, ValueError):
-        raise SpecError(name, f"{value!r} is not an integer.", f"give an integer >= {minimum}.") from None
-    if number < minimum:
-        raise SpecError(name, f"{number} is below {minimum}.", f"give an integer >= {minimum}.")
+        raise SpecError(name, f"{value!r} is not an integer.", fix) from None
+    if minimum is not None and number < minimum:
+        raise SpecError(name, f"{number} is below {minimum}.", fix)
     return number
 
 

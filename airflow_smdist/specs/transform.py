@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.training import _as_int  # the builders' one integer coercion
 from airflow_smdist.specs.validate import validate_request
 
 DEFAULT_REGION = "us-east-1"
@@ -55,10 +56,6 @@ def _region(region: str | None) -> str:
     return region or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
 
 
-def _as_int(value: Any, name: str, minimum: int = 1) -> int:
-    from airflow_smdist.specs.training import _as_int as as_int
-
-    return as_int(value, name, minimum)
 
 
 def _choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:

@@ -100,17 +100,9 @@ def _choice(value: Any, allowed: tuple[str, ...], name: str) -> str:
 
 def _int_arg(value: Any, name: str, minimum: int | None = None) -> int:
     """Jinja renders numbers as strings: accept "2" for 2, reject "two" and 2.5 with the field named."""
-    if isinstance(value, bool):
-        raise SpecError(name, f"{value!r} is a boolean, not an integer.", "give an integer.")
-    try:
-        number = int(value.strip()) if isinstance(value, str) else int(value)
-        if not isinstance(value, str) and number != value:
-            raise ValueError
-    except (TypeError, ValueError):
-        raise SpecError(name, f"{value!r} is not an integer.", "give an integer.") from None
-    if minimum is not None and number < minimum:
-        raise SpecError(name, f"{number} is below {minimum}.", f"give an integer >= {minimum}.")
-    return number
+    from airflow_smdist.specs.training import _as_int
+
+    return _as_int(value, name, minimum)
 
 
 def _number(text: Any, name: str, integer: bool) -> float | int:
