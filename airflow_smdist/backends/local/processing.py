@@ -50,7 +50,7 @@ from airflow_smdist.backends.local.store import write_json_atomic
 from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.processing import is_python_command
-from airflow_smdist.storage import relative_key, safe_join
+from airflow_smdist.storage import safe_join
 
 OPERATION = "CreateProcessingJob"
 OPT_ML = "/opt/ml"
@@ -280,8 +280,7 @@ class ProcessingSupervisor(JobSupervisor):
                     objects = shard(objects, order.index(host.address), len(order))
                 dest = safe_join(hd, container_rel(s3["LocalPath"]))
                 dest.mkdir(parents=True, exist_ok=True)
-                for obj in objects:
-                    self.storage.download(obj.uri, safe_join(dest, relative_key(prefix, obj)))
+                self.storage.download_prefix(prefix, dest, objects)
                 staged[inp["InputName"]] = len(objects)
             for out in self.outputs():
                 safe_join(hd, container_rel(out["S3Output"]["LocalPath"])).mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from airflow_smdist.backends.local import contract, dt, last_modified, launcher,
 from airflow_smdist.backends.local.store import write_json_atomic
 from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, PlatformError, free_port, shard
 from airflow_smdist.specs.errors import SpecError
-from airflow_smdist.storage import relative_key, safe_join
+from airflow_smdist.storage import safe_join
 
 OPERATION = "CreateTrainingJob"
 CHECKPOINT_DEFAULT = "/opt/ml/checkpoints"
@@ -136,8 +136,7 @@ class TrainingSupervisor(JobSupervisor):
                     objects = shard(objects, order.index(host.address), len(order))
                 dest = hd / "input" / "data" / ch_name
                 dest.mkdir(parents=True, exist_ok=True)
-                for obj in objects:
-                    self.storage.download(obj.uri, safe_join(dest, relative_key(prefix, obj)))
+                self.storage.download_prefix(prefix, dest, objects)
             channels_of[host.label] = names
             write_json_atomic(hd / "input/config/hyperparameters.json", req.get("HyperParameters", {}))
             write_json_atomic(hd / "input/config/inputdataconfig.json", contract.input_data_config_json(req, names))
@@ -152,8 +151,7 @@ class TrainingSupervisor(JobSupervisor):
             if ckpt_rel:
                 cdir = safe_join(hd, ckpt_rel)
                 cdir.mkdir(parents=True, exist_ok=True)
-                for obj in ckpt_objects:
-                    self.storage.download(obj.uri, safe_join(cdir, relative_key(req["CheckpointConfig"]["S3Uri"], obj)))
+                self.storage.download_prefix(req["CheckpointConfig"]["S3Uri"], cdir, ckpt_objects)
         return channels_of
 
     def fetch_source(self) -> Path | None:
