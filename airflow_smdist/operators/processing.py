@@ -225,8 +225,9 @@ class SmdistProcessingOperator(_ProcessingOperator):
         return build_processing
 
 
-def processing_result(description: dict[str, Any], backend_name: str) -> dict[str, Any]:
+def processing_result(description: dict[str, Any], backend: Any) -> dict[str, Any]:
     """The small, JSON-safe XCom result of a processing job (the full description stays on the backend)."""
+    backend_name = getattr(backend, "name", backend)  # a Backend or its name
     cluster = (description.get("ProcessingResources") or {}).get("ClusterConfig") or {}
     outputs = (description.get("ProcessingOutputConfig") or {}).get("Outputs") or []
     start, end = description.get("ProcessingStartTime"), description.get("ProcessingEndTime")

@@ -171,8 +171,9 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         return out
 
 
-def training_result(description: dict[str, Any], backend_name: str, plan: Any = None) -> dict[str, Any]:
+def training_result(description: dict[str, Any], backend: Any, plan: Any = None) -> dict[str, Any]:
     """The small, JSON-safe XCom result of a training job (the full description stays on the backend)."""
+    backend_name = getattr(backend, "name", backend)  # a Backend or its name
     from airflow_smdist.backends.local.contract import decode_hyperparameters, split_hyperparameters
 
     user_hps, _fixed, _extra = split_hyperparameters(decode_hyperparameters(description.get("HyperParameters", {})))

@@ -4,7 +4,8 @@ Every trigger of this provider that waits for a job registers with one :class:`C
 (backend, job kind, poll interval) in the triggerer's event loop. Each interval the poller makes one
 paged ``List*Jobs(LastModifiedTimeAfter=...)`` call for all the jobs it watches, and a ``Describe*`` only
 for a job that is new to it or whose status changed, instead of one Describe per job per poll.
-Throttling errors back off with jitter and never fail a task. The local backend's jobs are watched the
+Throttling errors back off with jitter and never fail a task (:func:`airflow_smdist.lifecycle.acall_with_backoff`,
+the same backoff the operators' and sensors' waits use). The local backend's jobs are watched the
 same way (its list reads the jobs' state files).
 
 Clients are async: the Amazon provider's ``SageMakerHook.get_async_conn()`` (aiobotocore). Log lines
@@ -16,49 +17,20 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_smdist.backends.base import OPERATIONS, TERMINAL_STATES
+from airflow_smdist.kinds import kind_info
+from airflow_smdist.lifecycle import THROTTLING_CODES, AsyncJobLifecycle, is_throttling
+from airflow_smdist.lifecycle import acall_with_backoff as with_backoff
 
-THROTTLING_CODES = frozenset({"Throttling", "ThrottlingException", "TooManyRequestsException",
-                              "RequestLimitExceeded", "ProvisionedThroughputExceededException",
-                              "SlowDown", "RequestThrottled"})
+__all__ = ["THROTTLING_CODES", "is_throttling", "with_backoff"]  # the backoff lives in lifecycle.py
+
 #: how far before the previous poll a List call looks, to cover clock skew between us and the service
 LIST_OVERLAP_SECONDS = 60.0
-MAX_BACKOFF_SECONDS = 60.0
-
-_LIST_KEYS = {"training": "TrainingJobSummaries", "processing": "ProcessingJobSummaries",
-              "transform": "TransformJobSummaries", "tuning": "HyperParameterTuningJobSummaries"}
-_LIST_OPS = {"training": "list_training_jobs", "processing": "list_processing_jobs",
-             "transform": "list_transform_jobs", "tuning": "list_hyper_parameter_tuning_jobs"}
-_DESCRIBE_OPS = {"training": "describe_training_job", "processing": "describe_processing_job",
-                 "transform": "describe_transform_job", "tuning": "describe_hyper_parameter_tuning_job"}
-
-
-def is_throttling(exc: BaseException) -> bool:
-    code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
-    return code in THROTTLING_CODES
-
-
-async def with_backoff(call, *, counter: dict | None = None, what: str = "call"):
-    """Await ``call()`` retrying throttling errors with full-jitter exponential backoff, forever: a storm
-    of ThrottlingExceptions slows the wait down but never fails the task."""
-    attempt = 0
-    while True:
-        if counter is not None:
-            counter[what] = counter.get(what, 0) + 1
-        try:
-            return await call()
-        except Exception as exc:  # noqa: BLE001
-            if not is_throttling(exc):
-                raise
-            attempt += 1
-            if counter is not None:
-                counter["throttled"] = counter.get("throttled", 0) + 1
-            await asyncio.sleep(random.uniform(0, min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** attempt)))
 
 
 class SageMakerStatusSource:
@@ -91,22 +63,29 @@ class SageMakerStatusSource:
         if since is not None:
             kwargs["LastModifiedTimeAfter"] = datetime.fromtimestamp(since, tz=timezone.utc)
         out: dict[str, str] = {}
-        name_key, status_key = OPERATIONS[kind]["name_key"], OPERATIONS[kind]["status_key"]
+        info = kind_info(kind)
         while True:
-            page = await with_backoff(lambda: getattr(client, _LIST_OPS[kind])(**kwargs), counter=self.calls,
+            page = await with_backoff(lambda: getattr(client, info.method("list"))(**kwargs), counter=self.calls,
                                       what="list")
-            for summary in page.get(_LIST_KEYS[kind], []):
-                out[summary[name_key]] = summary[status_key]
+            for summary in page.get(info.summaries_key, []):
+                out[summary[info.name_key]] = summary[info.status_key]
             token = page.get("NextToken")
             if not token or token == kwargs.get("NextToken"):
                 return out
             kwargs["NextToken"] = token
 
     async def describe(self, kind: str, name: str) -> dict[str, Any]:
+        from botocore.exceptions import ClientError
+
+        from airflow_smdist.backends.sagemaker import job_error
+
         client = await self._conn()
-        key = OPERATIONS[kind]["name_key"]
-        d = await with_backoff(lambda: getattr(client, _DESCRIBE_OPS[kind])(**{key: name}), counter=self.calls,
-                               what="describe")
+        info = kind_info(kind)
+        try:
+            d = await with_backoff(lambda: getattr(client, info.method("describe"))(**{info.name_key: name}),
+                                   counter=self.calls, what="describe")
+        except ClientError as exc:
+            raise job_error(exc, kind, name, info.describe_op) from exc
         d.pop("ResponseMetadata", None)
         return d
 
@@ -121,8 +100,8 @@ class LocalStatusSource:
     async def changed_since(self, kind: str, since: float | None) -> dict[str, str]:
         self.calls["list"] = self.calls.get("list", 0) + 1
         jobs = await asyncio.to_thread(self.backend.list_jobs, kind)
-        name_key, status_key = OPERATIONS[kind]["name_key"], OPERATIONS[kind]["status_key"]
-        return {j[name_key]: j[status_key] for j in jobs
+        info = kind_info(kind)
+        return {j[info.name_key]: j[info.status_key] for j in jobs
                 if since is None or (j["LastModifiedTime"] and j["LastModifiedTime"].timestamp() >= since)}
 
     async def describe(self, kind: str, name: str) -> dict[str, Any]:
@@ -167,7 +146,7 @@ class CoalescedPoller:
             for q in self.watchers.get(name, []):
                 q.put_nowait(exc)
             return
-        self.known[name] = description[OPERATIONS[self.kind]["status_key"]]
+        self.known[name] = kind_info(self.kind).status(description)
         for q in self.watchers.get(name, []):
             q.put_nowait(description)
 
@@ -251,55 +230,26 @@ class SmdistJobTrigger(BaseTrigger):
         key = ("local", str(backend.store.root))
         return poller_for(key, self.kind, self.poll_interval, lambda: LocalStatusSource(backend))
 
-    async def _stream_logs(self, backend) -> None:
-        while True:
-            try:
-                events, self.log_cursor = await asyncio.to_thread(backend.log_events, self.kind, self.job_name,
-                                                                  self.log_cursor)
-                for e in events:
-                    self.log.info("%s", e.format())
-            except Exception as exc:  # noqa: BLE001 - logs are best effort; the status decides
-                self.log.debug("log fetch failed: %s", exc)
-            await asyncio.sleep(self.poll_interval)
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
         poller = self._poller()
         queue = poller.watch(self.job_name)
-        logs = asyncio.get_running_loop().create_task(self._stream_logs(self._backend())) if self.print_logs else None
-        status_key = OPERATIONS[self.kind]["status_key"]
-        last = None
+        lifecycle = AsyncJobLifecycle(self._backend(), self.kind, self.job_name, log=self.log,
+                                      poll_interval=self.poll_interval, log_cursor=self.log_cursor)
+        logs = asyncio.get_running_loop().create_task(lifecycle.stream_logs()) if self.print_logs else None
         try:
             while True:
                 item = await queue.get()
-                if isinstance(item, Exception):
-                    from airflow_smdist.backends.base import JobNotFound
-
-                    if isinstance(item, JobNotFound) or "not found" in str(item).lower():
-                        yield TriggerEvent({"status": "failed", "job_name": self.job_name, "job_status": None,
-                                            "failure_reason": str(item)})
-                        return
-                    self.log.warning("polling %s job %s failed, retrying: %s", self.kind, self.job_name, item)
+                event = lifecycle.error(item) if isinstance(item, Exception) else lifecycle.observe(item)
+                if event is None:
                     continue
-                status = item[status_key]
-                secondary = item.get("SecondaryStatus")
-                if (status, secondary) != last:
-                    self.log.info("%s job %s: %s%s", self.kind, self.job_name, status,
-                                  f" / {secondary}" if secondary else "")
-                    last = (status, secondary)
-                if status in TERMINAL_STATES:
-                    if logs is not None:
-                        logs.cancel()
-                        backend = self._backend()
-                        events, self.log_cursor = await asyncio.to_thread(backend.log_events, self.kind,
-                                                                          self.job_name, self.log_cursor)
-                        for e in events:
-                            self.log.info("%s", e.format())
-                    yield TriggerEvent({"status": {"Completed": "success", "Failed": "failed",
-                                                   "Stopped": "stopped"}[status],
-                                        "job_name": self.job_name, "job_status": status,
-                                        "failure_reason": item.get("FailureReason")})
-                    return
+                if logs is not None and event["job_status"] is not None:
+                    logs.cancel()
+                    await lifecycle.print_new_logs()  # the last lines may land after the status
+                self.log_cursor = lifecycle.log_cursor
+                yield TriggerEvent(event)
+                return
         finally:
             if logs is not None:
                 logs.cancel()
+            self.log_cursor = lifecycle.log_cursor
             poller.unwatch(self.job_name, queue)

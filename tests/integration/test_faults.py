@@ -48,9 +48,10 @@ def test_trigger_polling_outlasts_a_storm_longer_than_botocores_retries(moto_ser
     from moto_server import set_training_job_status
 
     from airflow_smdist.backends.sagemaker import SageMakerBackend
+    from airflow_smdist import lifecycle
     from airflow_smdist.triggers import base
 
-    monkeypatch.setattr(base, "MAX_BACKOFF_SECONDS", 0.05)
+    monkeypatch.setattr(lifecycle, "MAX_BACKOFF_SECONDS", 0.05)  # the one backoff (triggers use it too)
     backend = SageMakerBackend("aws_default", "us-east-1")
     name = f"storm-{uuid.uuid4().hex[:8]}"
     backend.submit("training", req(name))

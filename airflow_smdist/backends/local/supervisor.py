@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from airflow_smdist.backends.base import OPERATIONS
+from airflow_smdist.kinds import kind_info
 from airflow_smdist.backends.local import contract, launcher
 from airflow_smdist.backends.local.metrics import MetricParser
 from airflow_smdist.backends.local.store import JobStore, read_json, write_json_atomic
@@ -61,7 +61,7 @@ class JobSupervisor:
         self.dir = Path(job_dir)
         self.store = JobStore(self.dir.parent.parent)
         self.request = read_json(self.dir / "request.json")
-        self.name = self.request[OPERATIONS[self.kind]["name_key"]]
+        self.name = kind_info(self.kind).job_name(self.request)
         self.state = read_json(self.dir / "state.json")
         self.storage = Storage(endpoint_url=self.state.get("s3_endpoint_url"), region_name=self.state.get("region"))
         self.metrics = MetricParser(self.metric_definitions())
