@@ -5,12 +5,13 @@ Clients come from ``SageMakerHook`` / ``AwsLogsHook``, so everything an Airflow 
 connection's ``endpoint_url`` at a moto server. Retries use botocore's adaptive mode (10 attempts) unless
 the connection's ``config_kwargs`` say otherwise. Every ClientError keeps its AWS code and message.
 
-No method here sleeps or waits: waiting belongs to sensors and triggers.
+Only ``wait_for_change`` sleeps (the poll interval); the rest of waiting belongs to sensors and triggers.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from functools import cached_property
 from typing import Any
 
@@ -184,6 +185,10 @@ class SageMakerBackend:
             if exc.code in ("ValidationException", "ResourceNotFound") and _NOT_FOUND.search(str(exc)):
                 raise JobNotFound(kind, name) from exc
             raise
+
+    def wait_for_change(self, kind: str, names: str | list[str], timeout: float) -> None:
+        """Wait ``timeout`` seconds (the poll interval): SageMaker has no change notification to wait on."""
+        time.sleep(timeout)
 
     def log_events(self, kind: str, name: str, cursor: Any = None) -> tuple[list[LogEvent], Any]:
         """New CloudWatch events of all hosts (streams ``<name>/...``), merged by time.

@@ -206,7 +206,7 @@ class SmdistJobOperator(BaseOperator):
                 if self.print_logs:  # the last lines may land after the status
                     self.print_new_logs(backend, name, cursor)
                 return description
-            time.sleep(self.poll_interval)
+            backend.wait_for_change(self.kind, name, self.poll_interval)
 
     def print_new_logs(self, backend: Backend, name: str, cursor: Any) -> Any:
         try:

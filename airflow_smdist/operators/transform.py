@@ -660,7 +660,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                                    status, attempts.get(index, 0), description.get("FailureReason"))
             self._running_jobs = list(active.values())
             if active:
-                time.sleep(self.poll_interval)
+                backend.wait_for_change(self.kind, list(active.values()), self.poll_interval)
         out = []
         for i in sorted(done):
             from airflow_smdist.specs import sharding

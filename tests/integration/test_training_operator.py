@@ -73,6 +73,16 @@ def test_runs_and_returns_a_small_json_result(tmp_path, data, local_root):
     assert result["instance_count"] == 2 and result["hyperparameters"] == {}
 
 
+def test_blocking_wait_on_the_local_backend_ends_with_the_job_not_at_the_next_poll(tmp_path, data, local_root):
+    """poll_interval governs the sagemaker backend; a local job's end is seen from its state file at once.
+    With a 600 s interval the old wait slept 600 s after a job of about a second."""
+    op = operator(tmp_path, data, instance_count=1, hyperparameters={"sleep": 1}, poll_interval=600)
+    started = time.monotonic()
+    result = op.execute(context(f"run-{uuid.uuid4().hex}"))
+    assert result["status"] == "Completed"
+    assert time.monotonic() - started < 300
+
+
 def test_retry_reattaches_to_the_running_job_instead_of_starting_a_second(tmp_path, data, local_root):
     run_id = f"run-{uuid.uuid4().hex}"
     first = operator(tmp_path, data, hyperparameters={"sleep": 4}, wait_for_completion=False)
