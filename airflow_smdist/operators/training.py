@@ -164,18 +164,24 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
                          **({"local_uri": uri} if uri else {}))
 
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
-        out = training_result(description, self.get_backend().name, self._plan)
+        out = training_result(description, self.get_backend().name, lr_scaling=self.lr_scaling,
+                              distribution=self.distribution)
         for name in self.secret_hyperparameters:
             if name in out["hyperparameters"]:
                 out["hyperparameters"][name] = "***"
         return out
 
 
-def training_result(description: dict[str, Any], backend_name: str, plan: Any = None) -> dict[str, Any]:
-    """The small, JSON-safe XCom result of a training job (the full description stays on the backend)."""
+def training_result(description: dict[str, Any], backend_name: str, *, lr_scaling: dict[str, Any] | None = None,
+                    distribution: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The small, JSON-safe XCom result of a training job (the full description stays on the backend).
+
+    Everything comes from the job's description, so the result is the same in whichever process builds it:
+    the try that submitted the job, a retry that reattached, or ``execute_complete`` after a deferral."""
     from airflow_smdist.backends.local.contract import decode_hyperparameters, split_hyperparameters
 
-    user_hps, _fixed, _extra = split_hyperparameters(decode_hyperparameters(description.get("HyperParameters", {})))
+    all_hps = decode_hyperparameters(description.get("HyperParameters", {}))
+    user_hps, _fixed, _extra = split_hyperparameters(all_hps)
     resources = description.get("ResourceConfig", {})
     out = {
         "job_name": description["TrainingJobName"],
@@ -197,11 +203,31 @@ def training_result(description: dict[str, Any], backend_name: str, plan: Any = 
     }
     if description.get("FailureReason"):
         out["failure_reason"] = description["FailureReason"]
-    if plan is not None and plan.lr_scaling is not None:
-        s = plan.lr_scaling
-        out["lr_scaling"] = {"global_batch_size": s.global_batch_size, "learning_rate": s.learning_rate,
-                             "warmup_epochs": s.warmup_epochs, "world_size": plan.world_size}
+    if lr_scaling:
+        out["lr_scaling"] = lr_scaling_of_job(description, all_hps, lr_scaling, distribution)
     return out
+
+
+def lr_scaling_of_job(description: dict[str, Any], hyperparameters: dict[str, Any], lr_scaling: dict[str, Any],
+                      distribution: dict[str, Any] | None) -> dict[str, Any]:
+    """What the linear scaling rule gave the job: the learning rate and warm-up it was started with (its
+    hyperparameters, named as ``lr_scaling`` names them), and the world size and global batch of its
+    resources (the same arithmetic as :func:`airflow_smdist.specs.training.build_training`)."""
+    from airflow_smdist.specs import best_practices
+    from airflow_smdist.specs.training import _as_int
+
+    resources = description.get("ResourceConfig", {})
+    groups = resources.get("InstanceGroups") or []
+    if groups:
+        instance_type, count = groups[0]["InstanceType"], sum(int(g["InstanceCount"]) for g in groups)
+    else:
+        instance_type, count = resources.get("InstanceType"), int(resources.get("InstanceCount") or 1)
+    world = best_practices.world_size(instance_type, count, distribution)
+    per_device = _as_int(lr_scaling.get("per_device_batch_size"), "lr_scaling.per_device_batch_size")
+    return {"global_batch_size": per_device * world,
+            "learning_rate": hyperparameters.get(lr_scaling.get("hyperparameter", "learning_rate")),
+            "warmup_epochs": hyperparameters.get(lr_scaling.get("warmup_hyperparameter", "warmup_epochs")),
+            "world_size": world}
 
 
 class _ForwardTo(logging.Handler):
