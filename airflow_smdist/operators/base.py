@@ -73,7 +73,10 @@ class SmdistJobOperator(BaseOperator):
         raise NotImplementedError
 
     def persist_links(self, context: Any, job_name: str) -> None:
-        """Store console links (sagemaker backend)."""
+        """Store the job's console links (shown for sagemaker jobs only: see operators/links.py)."""
+        from airflow_smdist.operators.links import persist_console_links
+
+        persist_console_links(self, context, job_name)
 
     # -- machinery ---------------------------------------------------------------------------------
     @property

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat
+from airflow_smdist.operators.links import SmdistConsoleLink
 
 DEFAULT_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
 #: arguments every processing operator passes to its builder (and templates)
@@ -42,13 +43,13 @@ RENDERERS = {"inputs": "json", "outputs": "json", "env": "json", "configuration"
              "network_config": "json", "tags": "json"}
 
 
-class SageMakerProcessingJobLink(BaseAwsLink):
+class SageMakerProcessingJobLink(SmdistConsoleLink):
     name = "SageMaker processing job"
     key = "smdist_processing_job"
     format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/processing-jobs/{job_name}"
 
 
-class SageMakerProcessingLogsLink(BaseAwsLink):
+class SageMakerProcessingLogsLink(SmdistConsoleLink):
     name = "Processing job logs (CloudWatch)"
     key = "smdist_processing_logs"
     format_str = (BASE_AWS_CONSOLE_LINK + "/cloudwatch/home?region={region_name}#logsV2:log-groups/log-group/"
@@ -135,11 +136,6 @@ class _ProcessingOperator(SmdistJobOperator):
             for uri in upload_plan(plan, storage):
                 self.log.info("Uploaded %s", uri)
         return plan.request
-
-    def persist_links(self, context: Any, job_name: str) -> None:
-        region = self.hook.region_name or "us-east-1"
-        for link in (SageMakerProcessingJobLink, SageMakerProcessingLogsLink):
-            link.persist(context=context, operator=self, region_name=region, aws_partition="aws", job_name=job_name)
 
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
         return processing_result(description, self.get_backend().name)

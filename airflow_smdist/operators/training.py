@@ -151,18 +151,6 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             self.log.info("Uploaded %s as %s", plan.source_dir, plan.source_uri)
         return plan.request
 
-    def persist_links(self, context: Any, job_name: str) -> None:
-        region = self.hook.region_name or "us-east-1"
-        backend = self.get_backend()
-        extra = {}
-        if backend.name == "local":
-            job_dir = backend.job_dir(self.kind, job_name)
-            extra = {"local_uri": f"file://{job_dir}"}
-        for link, uri in ((SageMakerTrainingJobLink, extra.get("local_uri")),
-                          (SageMakerTrainingLogsLink, extra and f"{extra['local_uri']}/logs")):
-            link.persist(context=context, operator=self, region_name=region, aws_partition="aws", job_name=job_name,
-                         **({"local_uri": uri} if uri else {}))
-
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
         out = training_result(description, self.get_backend().name, lr_scaling=self.lr_scaling,
                               distribution=self.distribution)

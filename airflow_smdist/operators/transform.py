@@ -34,11 +34,12 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
 from airflow_smdist._compat import AirflowException, BaseOperator
 from airflow_smdist.backends.base import OPERATIONS, TERMINAL_STATES, BackendError, JobNotFound
 from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, stable_job_name
+from airflow_smdist.operators.links import SmdistConsoleLink, persist_console_links
 
 DEFAULT_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
 FAN_OUTS = ("transform", "processing", "jobs")
@@ -52,7 +53,7 @@ RECORD_ARGS = ("content_type", "accept", "split_type", "compression", "batch_str
                "invocations_timeout", "invocations_max_retries")
 
 
-class SageMakerBatchInferenceJobLink(BaseAwsLink):
+class SageMakerBatchInferenceJobLink(SmdistConsoleLink):
     name = "SageMaker batch inference job"
     key = "smdist_batch_inference_job"
     format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/{jobs_path}/{job_name}"
@@ -462,8 +463,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
 
     def _finish(self, backend, name: str, context: Any, objects: int | None = None) -> dict:
         self._running_job = name
-        if backend.name == "sagemaker":
-            self.persist_links(context, name)
+        self.persist_links(context, name)
         if not self.wait_for_completion:
             return self._job_summary(backend.describe(self.kind, name), objects)
         if self.deferrable:
@@ -701,9 +701,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         return [str(self.input_uri)], [str(self.output_uri)]
 
     def persist_links(self, context: Any, job_name: str) -> None:
-        SageMakerBatchInferenceJobLink.persist(
-            context=context, operator=self, region_name=self.hook.region_name or "us-east-1", aws_partition="aws",
-            job_name=job_name, jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
+        persist_console_links(self, context, job_name,
+                              jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
 
 
 class _StepOperator(BaseOperator):
