@@ -7,8 +7,9 @@ from airflow import __version__ as AIRFLOW_VERSION
 AIRFLOW_V_3_0_PLUS = int(AIRFLOW_VERSION.split(".")[0]) >= 3
 
 if AIRFLOW_V_3_0_PLUS:
-    from airflow.sdk import BaseOperator, BaseOperatorLink, BaseSensorOperator, PokeReturnValue
+    from airflow.sdk import BaseOperator, BaseOperatorLink, BaseSensorOperator, Param, PokeReturnValue
 else:  # Airflow 2.10 / 2.11
+    from airflow.models.param import Param  # type: ignore[no-redef]
     from airflow.models import BaseOperator  # type: ignore[no-redef]
     from airflow.models.baseoperatorlink import BaseOperatorLink  # type: ignore[no-redef]
     from airflow.sensors.base import BaseSensorOperator, PokeReturnValue  # type: ignore[no-redef]
@@ -28,6 +29,7 @@ __all__ = [
     "BaseOperator",
     "BaseOperatorLink",
     "BaseSensorOperator",
+    "Param",
     "PokeReturnValue",
     "default_deferrable",
     "get_connection_extra",

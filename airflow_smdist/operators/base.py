@@ -79,6 +79,12 @@ class SmdistJobOperator(BaseOperator):
         persist_console_links(self, context, job_name)
 
     # -- machinery ---------------------------------------------------------------------------------
+    def pre_execute(self, context: Any) -> None:
+        """``deferrable`` is a template field, so a run can choose it (e.g. "{{ params.deferrable }}"):
+        rendered, it is coerced here, before anything starts and on every resume."""
+        super().pre_execute(context)
+        self.deferrable = as_bool(self.deferrable, "deferrable")
+
     @property
     def hook(self):
         from airflow_smdist.hooks.smdist import SmdistHook
@@ -266,6 +272,20 @@ class SmdistJobOperator(BaseOperator):
             self.log.warning("%s job %s did not stop within 180 s.", self.kind, name)
         except JobNotFound:
             pass
+
+
+def as_bool(value: Any, name: str) -> bool:
+    """A rendered template field as a bool: True/False, or the strings Jinja renders them as."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", "", "none"):
+        return False
+    from airflow_smdist.specs.errors import SpecError
+
+    raise SpecError(name, f"{value!r} is not a boolean.", "give true or false (e.g. a boolean Param).")
 
 
 def isoformat(value: Any) -> Any:

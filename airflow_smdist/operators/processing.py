@@ -158,7 +158,7 @@ class SageMakerPySparkProcessingOperator(_ProcessingOperator):
     channels), ``exit_message`` and a few more small fields.
     """
 
-    template_fields: Sequence[str] = ("job_name", "backend", *COMMON_ARGS, *PYSPARK_ARGS)
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *COMMON_ARGS, *PYSPARK_ARGS)
     builder_args = COMMON_ARGS + PYSPARK_ARGS
 
     def __init__(self, *, submit_app: str, framework_version: str | None = None, py_version: str | None = None,
@@ -200,7 +200,7 @@ class SmdistProcessingOperator(_ProcessingOperator):
     :class:`SageMakerPySparkProcessingOperator`.
     """
 
-    template_fields: Sequence[str] = ("job_name", "backend", *COMMON_ARGS, *SCRIPT_ARGS)
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *COMMON_ARGS, *SCRIPT_ARGS)
     builder_args = COMMON_ARGS + SCRIPT_ARGS
 
     def __init__(self, *, image_uri: str | None = None, framework: str | None = None,

@@ -41,7 +41,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
     kind = "training"
     name_prefix = "smdist"
     trigger_class = "airflow_smdist.triggers.training.SageMakerDistributedTrainingTrigger"
-    template_fields: Sequence[str] = ("job_name", "backend", *TRAINING_ARGS)
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *TRAINING_ARGS)
     template_fields_renderers = {"hyperparameters": "json", "distribution": "json", "inputs": "json",
                                  "environment": "json", "lr_scaling": "json", "metric_definitions": "json"}
     operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink())

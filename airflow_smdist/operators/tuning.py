@@ -64,7 +64,7 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
 
     kind = "tuning"
     name_prefix = "hpo"
-    template_fields: Sequence[str] = ("job_name", "backend", *TRAINING_ARGS, *TUNING_ARGS, "results_path")
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *TRAINING_ARGS, *TUNING_ARGS, "results_path")
     template_fields_renderers = {**SageMakerDistributedTrainingOperator.template_fields_renderers,
                                  "hyperparameter_ranges": "json"}
     operator_extra_links = (SageMakerTuningJobLink(),)
