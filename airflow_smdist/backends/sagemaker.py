@@ -132,6 +132,14 @@ class SageMakerBackend:
 
         return self._client_from(AwsLogsHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name))
 
+    @cached_property
+    def cloudwatch_client(self):
+        """boto3 ``cloudwatch`` client (lazy), same connection: job metrics and instance metrics."""
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+        return self._client_from(AwsBaseHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
+                                             client_type="cloudwatch"))
+
     def _call(self, op: str, **kwargs) -> dict[str, Any]:
         from botocore.exceptions import BotoCoreError, ClientError
 

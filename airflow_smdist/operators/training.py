@@ -6,6 +6,7 @@ import logging
 from typing import Any, Sequence
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+from airflow_smdist.backends.base import TERMINAL_STATES
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat
 from airflow_smdist.operators.links import SageMakerTrainingJobLink, SageMakerTrainingLogsLink
 
@@ -61,8 +62,9 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
                  enable_network_isolation: bool = False, encrypt_inter_container_traffic: bool = False,
                  instance_groups: list[dict] | None = None, lr_scaling: dict[str, Any] | None = None,
                  tags: dict[str, str] | None = None, secret_hyperparameters: list[str] | None = None,
-                 include_runtime: bool = False, **kwargs: Any) -> None:
+                 include_runtime: bool = False, insight: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.insight = insight
         self.include_runtime = include_runtime
         self.secret_hyperparameters = list(secret_hyperparameters or [])
         self.output_path = output_path
@@ -157,7 +159,25 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         for name in self.secret_hyperparameters:
             if name in out["hyperparameters"]:
                 out["hyperparameters"][name] = "***"
+        if self.insight and out["status"] in TERMINAL_STATES:
+            digest = self.job_insight(description, lr_scaled=bool(out.get("lr_scaling") or self.lr_scaling))
+            if digest is not None:
+                out["insight"] = digest
         return out
+
+    def job_insight(self, description: dict[str, Any], *, lr_scaled: bool) -> dict[str, Any] | None:
+        """Convergence, per-host utilization and I/O of the finished job (see :mod:`airflow_smdist.insight`),
+        logged as one paragraph and stored next to the job's output. Never fails the task."""
+        from airflow_smdist.insight import job_insight
+
+        try:
+            summary, digest = job_insight(self.get_backend(), description, lr_scaled=lr_scaled)
+        except Exception as exc:  # noqa: BLE001 - insight is advice; the job's own result stands
+            self.log.warning("No insight for job %s: %s", description.get("TrainingJobName"), exc)
+            return None
+        self.log.info("Insight: %s", summary["reading"])
+        self.log.info("Insight summary %s, plot %s", digest["summary_uri"], digest["plot_uri"])
+        return digest
 
 
 def training_result(description: dict[str, Any], backend_name: str, *, lr_scaling: dict[str, Any] | None = None,

@@ -18,6 +18,7 @@ from pathlib import Path
 from airflow_smdist.backends.base import OPERATIONS
 from airflow_smdist.backends.local import contract, launcher
 from airflow_smdist.backends.local.metrics import MetricParser
+from airflow_smdist.backends.local.sampler import UtilizationSampler
 from airflow_smdist.backends.local.store import JobStore, read_json, write_json_atomic
 from airflow_smdist.storage import Storage, StoredObject, parse_uri
 
@@ -71,6 +72,7 @@ class JobSupervisor:
         self.procs: dict[str, object] = {}
         self.readers: list[threading.Thread] = []
         self.log = open(self.dir / "supervisor.log", "a", buffering=1)
+        self.sampler = UtilizationSampler(self.dir)  # per-host CPU, memory and I/O while hosts run
 
     # -- state -----------------------------------------------------------------------------------
     def save(self, **changes) -> None:
@@ -140,6 +142,7 @@ class JobSupervisor:
 
         proc = launcher.spawn(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE)
         self.procs[host.label] = proc
+        self.sampler.add(host.label, proc)
         t = threading.Thread(target=self.reader, args=(host, proc.stdout), daemon=True)
         t.start()
         self.readers.append(t)
