@@ -102,6 +102,11 @@ def get_provider_info() -> dict:
                 "python-modules": ["airflow_smdist.triggers.base", "airflow_smdist.triggers.training"],
             }
         ],
+        "task-decorators": [
+            {"name": "smdist", "class-name": "airflow_smdist.decorators.smdist.smdist_task"},
+            {"name": "smdist_processing",
+             "class-name": "airflow_smdist.decorators.processing.smdist_processing_task"},
+        ],
         "extra-links": [
             "airflow_smdist.operators.links.SageMakerTrainingJobLink",
             "airflow_smdist.operators.links.SageMakerTrainingLogsLink",

@@ -34,6 +34,7 @@ __all__ = [
     "default_deferrable",
     "get_connection_extra",
     "mask_secret",
+    "taskflow_base",
 ]
 
 
@@ -65,3 +66,12 @@ def get_connection_extra(conn_id: str | None) -> dict:
     except Exception:  # noqa: BLE001 - AirflowNotFoundException differs across versions
         return {}
     return dict(conn.extra_dejson or {})
+
+
+def taskflow_base():
+    """(DecoratedOperator, task_decorator_factory) of this Airflow line, for the provider's @task.* decorators."""
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk.bases.decorator import DecoratedOperator, task_decorator_factory
+    else:  # Airflow 2.10 / 2.11
+        from airflow.decorators.base import DecoratedOperator, task_decorator_factory  # type: ignore[no-redef]
+    return DecoratedOperator, task_decorator_factory
