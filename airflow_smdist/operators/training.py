@@ -18,7 +18,7 @@ TRAINING_ARGS = (
     "inputs", "input_mode", "output_path", "role", "checkpoint_s3_uri", "checkpoint_local_path", "max_run",
     "use_spot_instances", "max_wait", "max_retry_attempts", "metric_definitions", "environment", "volume_size",
     "subnets", "security_group_ids", "enable_network_isolation", "encrypt_inter_container_traffic",
-    "instance_groups", "lr_scaling", "tags",
+    "instance_groups", "lr_scaling", "tags", "distributed", "model_dir", "container_log_level",
 )
 
 
@@ -62,7 +62,9 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
                  enable_network_isolation: bool = False, encrypt_inter_container_traffic: bool = False,
                  instance_groups: list[dict] | None = None, lr_scaling: dict[str, Any] | None = None,
                  tags: dict[str, str] | None = None, secret_hyperparameters: list[str] | None = None,
-                 include_runtime: bool = False, insight: bool = True, **kwargs: Any) -> None:
+                 include_runtime: bool = False, insight: bool = True, distributed: Any = None,
+                 model_dir: str | bool | None = None, container_log_level: int = logging.INFO,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.insight = insight
         self.include_runtime = include_runtime
@@ -101,6 +103,9 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         self.instance_groups = instance_groups
         self.lr_scaling = lr_scaling
         self.tags = tags
+        self.distributed = _distributed_dict(distributed)
+        self.model_dir = model_dir
+        self.container_log_level = container_log_level
         self._plan = None
 
     def plan(self, job_name: str, backend_name: str):
@@ -154,8 +159,10 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         return plan.request
 
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
+        from airflow_smdist.specs.distribution import resolve_distribution
+
         out = training_result(description, self.get_backend().name, lr_scaling=self.lr_scaling,
-                              distribution=self.distribution)
+                              distribution=resolve_distribution(self.distribution, self.distributed))
         for name in self.secret_hyperparameters:
             if name in out["hyperparameters"]:
                 out["hyperparameters"][name] = "***"
@@ -236,6 +243,17 @@ def lr_scaling_of_job(description: dict[str, Any], hyperparameters: dict[str, An
             "learning_rate": hyperparameters.get(lr_scaling.get("hyperparameter", "learning_rate")),
             "warmup_epochs": hyperparameters.get(lr_scaling.get("warmup_hyperparameter", "warmup_epochs")),
             "world_size": world}
+
+
+def _distributed_dict(distributed: Any) -> Any:
+    """An SDK v3 ``Torchrun``/``MPI``/``SMP`` object becomes its dict form (``{"torchrun": {...}}``) here, so
+    the operator holds plain data (templated, serialized with the DAG) and never imports the SDK."""
+    from airflow_smdist.specs.distribution import V3_CONFIGS
+
+    kind = type(distributed).__name__.lower()
+    if kind in V3_CONFIGS and hasattr(distributed, "model_dump"):
+        return {kind: distributed.model_dump(exclude_none=True)}
+    return distributed
 
 
 class _ForwardTo(logging.Handler):
