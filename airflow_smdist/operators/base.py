@@ -36,6 +36,28 @@ def stable_job_name(prefix: str, dag_id: str, task_id: str, run_id: str, map_ind
     return f"{head.rstrip('-')}-{digest}"
 
 
+#: the role the local backend writes into requests when none is given (it runs nothing as it); never sent to AWS
+LOCAL_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
+
+
+def require_role(operator: Any, backend_name: str) -> None:
+    """An operator's ``role`` for the backend that runs it, checked before anything is uploaded or created:
+    the sagemaker backend needs a real IAM role (never the local placeholder); the local one runs nothing as
+    a role, so it stands in for a missing one."""
+    role = getattr(operator, "role", None)
+    if backend_name != "sagemaker":
+        if not role:
+            operator.role = LOCAL_ROLE
+        return
+    if not role or role == LOCAL_ROLE:
+        from airflow_smdist.specs.errors import SpecError
+
+        raise SpecError("role", "the sagemaker backend runs the job as an IAM role, and "
+                        + ("none was given." if not role else f"{role} is the local backend's placeholder."),
+                        "pass role='arn:aws:iam::<account>:role/<SageMaker execution role>' (or set the DAG's "
+                        "role Param).")
+
+
 class SmdistJobOperator(BaseOperator):
     """Base of the provider's job operators. Subclasses set ``kind`` and implement :meth:`build_request`."""
 
@@ -124,6 +146,7 @@ class SmdistJobOperator(BaseOperator):
         backend = self.get_backend()
         name, action = self.choose_job(backend, self.base_job_name(context))
         if action == "create":
+            require_role(self, backend.name)
             request = self.build_request(name, backend.name, context)
             backend.submit(self.kind, request)
             self.log.info("Started %s job %s on the %s backend.", self.kind, name, backend.name)

@@ -24,7 +24,6 @@ from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat
 from airflow_smdist.operators.links import SmdistConsoleLink
 
-DEFAULT_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
 #: arguments every processing operator passes to its builder (and templates)
 COMMON_ARGS = (
     "role", "instance_type", "instance_count", "inputs", "outputs", "arguments", "code_location",
@@ -66,7 +65,7 @@ class _ProcessingOperator(SmdistJobOperator):
     template_fields_renderers = RENDERERS
     builder_args: tuple[str, ...] = ()
 
-    def __init__(self, *, role: str = DEFAULT_ROLE, instance_type: str = "ml.m5.xlarge",
+    def __init__(self, *, role: str | None = None, instance_type: str = "ml.m5.xlarge",
                  instance_count: int | str = 1, inputs: Any = None, outputs: Any = None,
                  arguments: list[Any] | None = None, code_location: str | None = None,
                  volume_size_in_gb: int | str = 30, volume_kms_key: str | None = None,

@@ -33,6 +33,9 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
     ``checkpoint_s3_uri``; ``lr_scaling`` for the linear scaling rule; ``include_runtime=True`` ships
     :mod:`airflow_smdist.runtime` (stdlib only) inside sourcedir.tar.gz for scripts that import it.
 
+    ``role``: the IAM role SageMaker runs the job as; required on the sagemaker backend (the local backend
+    needs none).
+
     ``backend``: "local" (default; runs here, for real) or "sagemaker"; else the ``smdist`` connection's
     ``backend`` extra, else ``SMDIST_BACKEND``. The job name is stable across tries of one task instance:
     a retry reattaches to the job its earlier try started. Returns (XCom) ``job_name``, ``status``,
@@ -47,7 +50,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
                                  "environment": "json", "lr_scaling": "json", "metric_definitions": "json"}
     operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink())
 
-    def __init__(self, *, output_path: str, role: str = "arn:aws:iam::000000000000:role/SageMakerExecutionRole",
+    def __init__(self, *, output_path: str, role: str | None = None,
                  entry_point: str | None = None, source_dir: str | None = None, code_location: str | None = None,
                  framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
                  base_framework_version: str | None = None, image_uri: str | None = None, algorithm: str | None = None, algorithm_version: str | None = None,

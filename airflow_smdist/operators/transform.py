@@ -38,10 +38,9 @@ from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
 from airflow_smdist._compat import AirflowException, BaseOperator
 from airflow_smdist.backends.base import OPERATIONS, TERMINAL_STATES, BackendError, JobNotFound
-from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, stable_job_name
+from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, require_role, stable_job_name
 from airflow_smdist.operators.links import SmdistConsoleLink, persist_console_links
 
-DEFAULT_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
 FAN_OUTS = ("transform", "processing", "jobs")
 MAX_GENERATIONS = 99
 #: room kept in generated job names for "-gNN" (re-run generations), "-sNNN" (shards) and "-rNN" (attempts)
@@ -230,7 +229,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                  model_name: str | None = None, model_data: str | None = None, image_uri: str | None = None,
                  framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
                  entry_point: str | None = None, source_dir: str | None = None, program: str = "inference.py",
-                 model_environment: dict[str, str] | None = None, role: str = DEFAULT_ROLE,
+                 model_environment: dict[str, str] | None = None, role: str | None = None,
                  instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1, shards: int | str = 2,
                  shard: dict | None = None, shard_retries: int = 2, s3_data_type: str = "S3Prefix",
                  content_type: str | None = "text/csv", accept: str | None = None, split_type: str | None = "Line",
@@ -426,6 +425,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         sharding.check_prefixes(self.input_uri, self.output_uri)
         _checked_settings(self.settings())
         backend = self.get_backend()
+        require_role(self, backend.name)
         storage = storage_for(backend)
         if self.fan_out == "jobs" and self.shard is None:
             if self.deferrable:
