@@ -34,6 +34,7 @@ __all__ = [
     "PokeReturnValue",
     "default_deferrable",
     "get_connection_extra",
+    "mask_hyperparameter",
     "mask_secret",
     "taskflow_base",
 ]
@@ -49,6 +50,24 @@ def mask_secret(value) -> None:
         except ImportError:  # Airflow 2
             from airflow.utils.log.secrets_masker import mask_secret as _mask
     _mask(value)
+
+
+def mask_hyperparameter(value: object) -> None:
+    """Register a secret hyperparameter's value with Airflow's secrets masker, in every form it takes: as
+    given, JSON-encoded as the request carries it, and decoded from that (a description's string)."""
+    import json
+
+    if value in (None, ""):
+        return
+    forms = {str(value), json.dumps(value)}
+    if isinstance(value, str):
+        try:
+            forms.add(str(json.loads(value)))
+        except ValueError:
+            pass
+    for form in forms:
+        if form.strip('"'):
+            mask_secret(form)
 
 
 def default_deferrable() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS, mask_hyperparameter
 from airflow_smdist.backends.base import TERMINAL_STATES
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat
 from airflow_smdist.operators.links import SageMakerTrainingJobLink, SageMakerTrainingLogsLink
@@ -110,6 +110,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         self.model_dir = model_dir
         self.container_log_level = container_log_level
         self._plan = None
+        self.check_secret_names()
 
     def plan(self, job_name: str, backend_name: str):
         from airflow_smdist.specs.training import build_training
@@ -127,19 +128,39 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             if handler:
                 spec_log.removeHandler(handler)
 
+    def check_secret_names(self) -> None:
+        """Every name in ``secret_hyperparameters`` must be a hyperparameter: a typo would leave the secret
+        unmasked. Checked at construction when the hyperparameters are a dict, and again once rendered."""
+        hps = self.hyperparameters
+        if not self.secret_hyperparameters or hps is None or not isinstance(hps, dict):
+            return
+        unknown = [n for n in self.secret_hyperparameters if n not in hps]
+        if unknown:
+            from airflow_smdist.specs.errors import SpecError
+
+            raise SpecError("secret_hyperparameters", f"{unknown} {'is' if len(unknown) == 1 else 'are'} not among "
+                            f"the hyperparameters ({sorted(hps)}), so nothing would be masked.",
+                            "name hyperparameters exactly as in hyperparameters=.")
+
     def mask_secrets(self) -> None:
-        """Values of ``secret_hyperparameters`` never reach task logs (masked) or XCom (replaced by ***).
-        SageMaker itself stores hyperparameters in the job's description: prefer passing secrets through
-        Secrets Manager and an environment variable naming the secret."""
-        from airflow_smdist._compat import mask_secret
-
+        """Values of ``secret_hyperparameters`` never reach task logs, rendered fields (masked) or XCom
+        (replaced by ***). SageMaker itself stores hyperparameters in the job's description: prefer passing
+        secrets through Secrets Manager and an environment variable naming the secret."""
+        self.check_secret_names()
         for name in self.secret_hyperparameters:
-            value = (self.hyperparameters or {}).get(name)
-            if value not in (None, ""):
-                mask_secret(str(value))
-                import json as _json
+            value = (self.hyperparameters or {}).get(name) if isinstance(self.hyperparameters, dict) else None
+            mask_hyperparameter(value)
 
-                mask_secret(_json.dumps(value))  # as it appears JSON-encoded in the request
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Mask the secrets as soon as their values are known: the task runner sends the rendered fields
+        (the UI's Rendered Template) right after this, before execute()."""
+        super().render_template_fields(context, jinja_env)
+        self.mask_secrets()
+
+    def make_trigger(self, backend: Any, name: str):
+        trigger = super().make_trigger(backend, name)
+        trigger.secret_hyperparameters = list(self.secret_hyperparameters)  # names only: it masks the values
+        return trigger
 
     def execute(self, context: Any) -> dict[str, Any]:
         self.mask_secrets()

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from airflow_smdist._compat import AirflowException
 from airflow_smdist.backends.base import OPERATIONS
-from airflow_smdist.operators.base import NAME_LIMIT, stable_job_name
+from airflow_smdist.operators.base import NAME_LIMIT, require_role, stable_job_name
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
 
 
@@ -104,6 +104,7 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
 
     def run_links(self, context: Any, start: int, links: list[dict]) -> dict[str, Any]:
         backend = self.get_backend()
+        require_role(self, backend.name)
         for link in range(start, self.max_links + 1):
             if self.finished(links[-1] if links else None):
                 break
