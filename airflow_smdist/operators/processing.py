@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
-from airflow_smdist.operators.base import SmdistJobOperator, isoformat
+from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
 from airflow_smdist.operators.links import SmdistConsoleLink
 
 #: arguments every processing operator passes to its builder (and templates)
@@ -94,6 +94,7 @@ class _ProcessingOperator(SmdistJobOperator):
         raise NotImplementedError
 
     def plan(self, job_name: str, backend_name: str):
+        require_role(self, backend_name)  # before anything is built or uploaded
         from airflow_smdist.specs.errors import SpecError
 
         args = {name: getattr(self, name) for name in self.builder_args}

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS, mask_hyperparameter
 from airflow_smdist.backends.base import TERMINAL_STATES
-from airflow_smdist.operators.base import SmdistJobOperator, isoformat
+from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
 from airflow_smdist.operators.links import SageMakerTrainingJobLink, SageMakerTrainingLogsLink
 
 #: build_training arguments the operator passes through (and templates)
@@ -113,6 +113,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         self.check_secret_names()
 
     def plan(self, job_name: str, backend_name: str):
+        require_role(self, backend_name)  # before anything is built or uploaded
         from airflow_smdist.specs.training import build_training
 
         # Airflow 3 task logs take every logger's records; Airflow 2 only "airflow.task"'s, so forward there

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
-from airflow_smdist.operators.base import NAME_LIMIT, isoformat, stable_job_name
+from airflow_smdist.operators.base import NAME_LIMIT, isoformat, require_role, stable_job_name
 from airflow_smdist.operators.links import SmdistConsoleLink
 from airflow_smdist.operators.training import TRAINING_ARGS, SageMakerDistributedTrainingOperator, _ForwardTo
 
@@ -107,6 +107,7 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
                                limit=TUNING_NAME_LIMIT)
 
     def plan(self, job_name: str, backend_name: str):
+        require_role(self, backend_name)  # before anything is built or uploaded
         from airflow_smdist.specs.tuning import build_tuning
 
         spec_log = logging.getLogger("airflow_smdist.specs")
