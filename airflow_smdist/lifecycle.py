@@ -9,7 +9,8 @@ with a job, written once.
 * **submit or reattach**: :meth:`~JobLifecycle.start`;
 * **waiting**: :meth:`~JobLifecycle.wait` (one job) and :meth:`~JobLifecycle.wait_all` (many, e.g. the
   shards of a fan-out, each may be replaced by a retry) poll Describe, print new log lines of every host,
-  metrics and status changes, and sleep ``poll_interval`` between rounds (the one polling sleep);
+  metrics and status changes, and pause up to ``poll_interval`` between rounds (the one polling pause:
+  ``Backend.wait_for_change``, which the local backend ends as soon as a job changes);
 * **the result or the error**: :meth:`~JobLifecycle.failure_reason` (FailureReason, else the secondary
   status, else the status; plus the ExitMessage where the kind has one) and :meth:`~JobLifecycle.check`,
   which raises :class:`JobFailed` carrying that reason and the last log lines;
@@ -190,9 +191,10 @@ class JobLifecycle:
     def ended(self, description: dict[str, Any]) -> bool:
         return self.status(description) in TERMINAL_STATES
 
-    def sleep(self, seconds: float) -> None:
-        """The one polling sleep of the operators."""
-        time.sleep(seconds)
+    def pause(self, names: list[str], seconds: float) -> None:
+        """The one polling pause of the operators: until one of ``names`` changes (the local backend wakes
+        at once) or ``seconds`` have passed."""
+        self.backend.wait_for_change(self.info.name, names, seconds)  # type: ignore[arg-type]
 
     # -- name, submit or reattach ----------------------------------------------------------------------------
     def accept_reattach(self, name: str, description: dict[str, Any]) -> None:
@@ -258,6 +260,9 @@ class JobLifecycle:
                 counter=self.calls, what="logs")
         except JobNotFound:
             return
+        except BackendError as exc:  # logs are best effort; the status decides
+            self.log.warning("could not read the logs of %s job %s: %s", self.info.name, name, exc)
+            return
         for event in events:
             line = event.format()
             self.log.info("%s", f"{name} {line}" if label else line)
@@ -310,7 +315,7 @@ class JobLifecycle:
                     watching.append(replacement)
                     self.track(replacement)
             if watching:
-                self.sleep(self.poll_interval)
+                self.pause(watching, self.poll_interval)
 
     def wait(self, name: str) -> dict[str, Any]:
         """Wait for one job to end; its last description."""
@@ -370,7 +375,7 @@ class JobLifecycle:
                     names.remove(name)
                     self.untrack(name)
             if names:
-                self.sleep(min(2.0, self.poll_interval))
+                self.pause(names, min(2.0, self.poll_interval))
         if names:
             self.log.warning("%s job(s) %s did not stop within %.0f s.", label, ", ".join(names), self.stop_timeout)
 

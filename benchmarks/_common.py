@@ -18,6 +18,12 @@ def median_time(fn, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+def load_note() -> str:
+    """The machine's load when a benchmark ran (other work shares it: ratios, not absolute times, matter)."""
+    one, five, _ = os.getloadavg()
+    return f"Load average {one:.1f} (1 min) / {five:.1f} (5 min) on {os.cpu_count()} cores."
+
+
 def report(title: str, rows: list[tuple[str, str, str]], note: str = "") -> None:
     """Print a table (measure, value, ratio to the baseline of the same run) and append it to results.md."""
     lines = [f"## {title}", "", f"_{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores_", "",

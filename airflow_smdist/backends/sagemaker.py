@@ -5,12 +5,13 @@ Clients come from ``SageMakerHook`` / ``AwsLogsHook``, so everything an Airflow 
 connection's ``endpoint_url`` at a moto server. Retries use botocore's adaptive mode (10 attempts) unless
 the connection's ``config_kwargs`` say otherwise. Every ClientError keeps its AWS code and message.
 
-No method here sleeps or waits: waiting belongs to sensors and triggers.
+Only ``wait_for_change`` sleeps (the poll interval); the rest of waiting belongs to sensors and triggers.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from functools import cached_property
 from typing import Any
 
@@ -134,6 +135,14 @@ class SageMakerBackend:
 
         return self._client_from(AwsLogsHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name))
 
+    @cached_property
+    def cloudwatch_client(self):
+        """boto3 ``cloudwatch`` client (lazy), same connection: job metrics and instance metrics."""
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+        return self._client_from(AwsBaseHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
+                                             client_type="cloudwatch"))
+
     def _call(self, op: str, **kwargs) -> dict[str, Any]:
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -188,6 +197,10 @@ class SageMakerBackend:
             if is_not_found(exc.code, str(exc)):
                 raise JobNotFound(kind, name) from exc
             raise
+
+    def wait_for_change(self, kind: str, names: str | list[str], timeout: float) -> None:
+        """Wait ``timeout`` seconds (the poll interval): SageMaker has no change notification to wait on."""
+        time.sleep(timeout)
 
     def log_events(self, kind: str, name: str, cursor: Any = None) -> tuple[list[LogEvent], Any]:
         """New CloudWatch events of all hosts (streams ``<name>/...``), merged by time.

@@ -37,6 +37,28 @@ def stable_job_name(prefix: str, dag_id: str, task_id: str, run_id: str, map_ind
     return f"{head.rstrip('-')}-{digest}"
 
 
+#: the role the local backend writes into requests when none is given (it runs nothing as it); never sent to AWS
+LOCAL_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
+
+
+def require_role(operator: Any, backend_name: str) -> None:
+    """An operator's ``role`` for the backend that runs it, checked before anything is uploaded or created:
+    the sagemaker backend needs a real IAM role (never the local placeholder); the local one runs nothing as
+    a role, so it stands in for a missing one."""
+    role = getattr(operator, "role", None)
+    if backend_name != "sagemaker":
+        if not role:
+            operator.role = LOCAL_ROLE
+        return
+    if not role or role == LOCAL_ROLE:
+        from airflow_smdist.specs.errors import SpecError
+
+        raise SpecError("role", "the sagemaker backend runs the job as an IAM role, and "
+                        + ("none was given." if not role else f"{role} is the local backend's placeholder."),
+                        "pass role='arn:aws:iam::<account>:role/<SageMaker execution role>' (or set the DAG's "
+                        "role Param).")
+
+
 class SmdistJobOperator(BaseOperator):
     """Base of the provider's job operators. Subclasses set ``kind`` and implement :meth:`build_request`.
 
@@ -77,9 +99,18 @@ class SmdistJobOperator(BaseOperator):
         return kind_info(self.kind).result(description, self.get_backend())
 
     def persist_links(self, context: Any, job_name: str) -> None:
-        """Store console links (sagemaker backend)."""
+        """Store the job's console links (shown for sagemaker jobs only: see operators/links.py)."""
+        from airflow_smdist.operators.links import persist_console_links
+
+        persist_console_links(self, context, job_name)
 
     # -- machinery ---------------------------------------------------------------------------------
+    def pre_execute(self, context: Any) -> None:
+        """``deferrable`` is a template field, so a run can choose it (e.g. "{{ params.deferrable }}"):
+        rendered, it is coerced here, before anything starts and on every resume."""
+        super().pre_execute(context)
+        self.deferrable = as_bool(self.deferrable, "deferrable")
+
     @property
     def hook(self):
         from airflow_smdist.hooks.smdist import SmdistHook
@@ -129,8 +160,13 @@ class SmdistJobOperator(BaseOperator):
     def start_job(self, context: Any, base: str) -> str:
         """Create the job of this task instance under ``base`` or reattach to it; its name."""
         lifecycle = self.lifecycle
-        started = lifecycle.start(base, lambda name: self.build_request(name, lifecycle.backend.name, context))
-        return started.name
+        backend_name = lifecycle.backend.name
+
+        def build(name: str) -> dict[str, Any]:
+            require_role(self, backend_name)  # before anything is uploaded
+            return self.build_request(name, backend_name, context)
+
+        return lifecycle.start(base, build).name
 
     def execute(self, context: Any) -> dict[str, Any]:
         name = self.start_job(context, self.base_job_name(context))
@@ -227,6 +263,20 @@ class SmdistJobOperator(BaseOperator):
         """Stop every job of this task that is still running (each waited for, at most 180 s)."""
         if self.stop_on_kill and self._lifecycle is not None and self._lifecycle.running:
             self._lifecycle.stop()
+
+
+def as_bool(value: Any, name: str) -> bool:
+    """A rendered template field as a bool: True/False, or the strings Jinja renders them as."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", "", "none"):
+        return False
+    from airflow_smdist.specs.errors import SpecError
+
+    raise SpecError(name, f"{value!r} is not a boolean.", "give true or false (e.g. a boolean Param).")
 
 
 def isoformat(value: Any) -> Any:

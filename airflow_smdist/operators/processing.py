@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
-from airflow_smdist.operators.base import SmdistJobOperator, isoformat
+from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
+from airflow_smdist.operators.links import SmdistConsoleLink
 
-DEFAULT_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
 #: arguments every processing operator passes to its builder (and templates)
 COMMON_ARGS = (
     "role", "instance_type", "instance_count", "inputs", "outputs", "arguments", "code_location",
@@ -42,13 +42,13 @@ RENDERERS = {"inputs": "json", "outputs": "json", "env": "json", "configuration"
              "network_config": "json", "tags": "json"}
 
 
-class SageMakerProcessingJobLink(BaseAwsLink):
+class SageMakerProcessingJobLink(SmdistConsoleLink):
     name = "SageMaker processing job"
     key = "smdist_processing_job"
     format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/processing-jobs/{job_name}"
 
 
-class SageMakerProcessingLogsLink(BaseAwsLink):
+class SageMakerProcessingLogsLink(SmdistConsoleLink):
     name = "Processing job logs (CloudWatch)"
     key = "smdist_processing_logs"
     format_str = (BASE_AWS_CONSOLE_LINK + "/cloudwatch/home?region={region_name}#logsV2:log-groups/log-group/"
@@ -65,7 +65,7 @@ class _ProcessingOperator(SmdistJobOperator):
     template_fields_renderers = RENDERERS
     builder_args: tuple[str, ...] = ()
 
-    def __init__(self, *, role: str = DEFAULT_ROLE, instance_type: str = "ml.m5.xlarge",
+    def __init__(self, *, role: str | None = None, instance_type: str = "ml.m5.xlarge",
                  instance_count: int | str = 1, inputs: Any = None, outputs: Any = None,
                  arguments: list[Any] | None = None, code_location: str | None = None,
                  volume_size_in_gb: int | str = 30, volume_kms_key: str | None = None,
@@ -94,6 +94,7 @@ class _ProcessingOperator(SmdistJobOperator):
         raise NotImplementedError
 
     def plan(self, job_name: str, backend_name: str):
+        require_role(self, backend_name)  # before anything is built or uploaded
         from airflow_smdist.specs.errors import SpecError
 
         args = {name: getattr(self, name) for name in self.builder_args}
@@ -136,11 +137,6 @@ class _ProcessingOperator(SmdistJobOperator):
                 self.log.info("Uploaded %s", uri)
         return plan.request
 
-    def persist_links(self, context: Any, job_name: str) -> None:
-        region = self.hook.region_name or "us-east-1"
-        for link in (SageMakerProcessingJobLink, SageMakerProcessingLogsLink):
-            link.persist(context=context, operator=self, region_name=region, aws_partition="aws", job_name=job_name)
-
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
         return processing_result(description, self.get_backend().name)
 
@@ -162,7 +158,7 @@ class SageMakerPySparkProcessingOperator(_ProcessingOperator):
     channels), ``exit_message`` and a few more small fields.
     """
 
-    template_fields: Sequence[str] = ("job_name", "backend", *COMMON_ARGS, *PYSPARK_ARGS)
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *COMMON_ARGS, *PYSPARK_ARGS)
     builder_args = COMMON_ARGS + PYSPARK_ARGS
 
     def __init__(self, *, submit_app: str, framework_version: str | None = None, py_version: str | None = None,
@@ -204,7 +200,7 @@ class SmdistProcessingOperator(_ProcessingOperator):
     :class:`SageMakerPySparkProcessingOperator`.
     """
 
-    template_fields: Sequence[str] = ("job_name", "backend", *COMMON_ARGS, *SCRIPT_ARGS)
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *COMMON_ARGS, *SCRIPT_ARGS)
     builder_args = COMMON_ARGS + SCRIPT_ARGS
 
     def __init__(self, *, image_uri: str | None = None, framework: str | None = None,

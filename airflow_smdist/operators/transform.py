@@ -33,13 +33,13 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
 from airflow_smdist._compat import AirflowException, BaseOperator
 from airflow_smdist.backends.base import BackendError
-from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, stable_job_name
+from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, require_role, stable_job_name
+from airflow_smdist.operators.links import SmdistConsoleLink, persist_console_links
 
-DEFAULT_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
 FAN_OUTS = ("transform", "processing", "jobs")
 MAX_GENERATIONS = 99
 #: room kept in generated job names for "-gNN" (re-run generations), "-sNNN" (shards) and "-rNN" (attempts)
@@ -51,7 +51,7 @@ RECORD_ARGS = ("content_type", "accept", "split_type", "compression", "batch_str
                "invocations_timeout", "invocations_max_retries")
 
 
-class SageMakerBatchInferenceJobLink(BaseAwsLink):
+class SageMakerBatchInferenceJobLink(SmdistConsoleLink):
     name = "SageMaker batch inference job"
     key = "smdist_batch_inference_job"
     format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/{jobs_path}/{job_name}"
@@ -217,7 +217,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
     kind = "transform"
     name_prefix = "smdist-batch"
     template_fields: Sequence[str] = (
-        "job_name", "backend", "input_uri", "output_uri", "fan_out", "model_name", "model_data", "image_uri",
+        "job_name", "backend", "deferrable", "input_uri", "output_uri", "fan_out", "model_name", "model_data", "image_uri",
         "framework", "framework_version", "py_version", "entry_point", "source_dir", "model_environment", "role",
         "instance_type", "instance_count", "shards", "shard", "environment", "s3_data_type", "tags",
         *RECORD_ARGS)
@@ -228,7 +228,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                  model_name: str | None = None, model_data: str | None = None, image_uri: str | None = None,
                  framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
                  entry_point: str | None = None, source_dir: str | None = None, program: str = "inference.py",
-                 model_environment: dict[str, str] | None = None, role: str = DEFAULT_ROLE,
+                 model_environment: dict[str, str] | None = None, role: str | None = None,
                  instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1, shards: int | str = 2,
                  shard: dict | None = None, shard_retries: int = 2, s3_data_type: str = "S3Prefix",
                  content_type: str | None = "text/csv", accept: str | None = None, split_type: str | None = "Line",
@@ -423,6 +423,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         sharding.check_prefixes(self.input_uri, self.output_uri)
         _checked_settings(self.settings())
         backend = self.get_backend()
+        require_role(self, backend.name)
         storage = storage_for(backend)
         if self.fan_out == "jobs" and self.shard is None:
             if self.deferrable:
@@ -460,8 +461,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
 
     def _finish(self, backend, name: str, context: Any, objects: int | None = None) -> dict:
         self.lifecycle.track(name)
-        if backend.name == "sagemaker":
-            self.persist_links(context, name)
+        self.persist_links(context, name)
         if not self.wait_for_completion:
             return self._job_summary(self.lifecycle.describe(name), objects)
         return self._job_summary(self.wait_or_defer(name), objects)
@@ -651,9 +651,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         return [str(self.input_uri)], [str(self.output_uri)]
 
     def persist_links(self, context: Any, job_name: str) -> None:
-        SageMakerBatchInferenceJobLink.persist(
-            context=context, operator=self, region_name=self.hook.region_name or "us-east-1", aws_partition="aws",
-            job_name=job_name, jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
+        persist_console_links(self, context, job_name,
+                              jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
 
 
 class _StepOperator(BaseOperator):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from airflow_smdist._compat import AirflowException
-from airflow_smdist.operators.base import NAME_LIMIT, stable_job_name
+from airflow_smdist.operators.base import NAME_LIMIT, require_role, stable_job_name
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
 
 
@@ -102,6 +102,7 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
         return self.run_links(context, 1, [])
 
     def run_links(self, context: Any, start: int, links: list[dict]) -> dict[str, Any]:
+        require_role(self, self.get_backend().name)
         for link in range(start, self.max_links + 1):
             if self.finished(links[-1] if links else None):
                 break

@@ -134,6 +134,27 @@ def _channel(name: str, spec: Any, default_mode: str) -> dict[str, Any]:
     return channel
 
 
+def _tensorflow_model_dir(framework: str | None, model_dir: str | bool | None, dist_hps: dict[str, object],
+                          output_path: str, job_name: str) -> str | None:
+    """The ``model_dir`` hyperparameter the SDK's TensorFlow estimator always adds in script mode
+    (``TensorFlow.hyperparameters``/``_default_s3_path``): the given one, else ``/opt/ml/model`` with MPI,
+    else ``<output_path>/<job>/model``; none with ``model_dir=False`` or another framework."""
+    if (framework or "").lower() != "tensorflow":
+        if model_dir not in (None, False):
+            raise SpecError("model_dir", f"only applies to framework='tensorflow', not {framework!r}.",
+                            "drop model_dir, or pass it in hyperparameters.")
+        return None
+    if model_dir is False:
+        return None
+    if model_dir:
+        return str(model_dir)
+    from airflow_smdist.specs.distribution import HP_MPI
+
+    if dist_hps.get(HP_MPI):
+        return "/opt/ml/model"
+    return f"{output_path.rstrip('/')}/{job_name}/model"
+
+
 def build_training(
     *,
     job_name: str,
@@ -154,6 +175,8 @@ def build_training(
     region: str | None = None,
     hyperparameters: dict[str, Any] | None = None,
     distribution: dict[str, Any] | None = None,
+    distributed: Any = None,
+    model_dir: str | bool | None = None,
     inputs: dict[str, Any] | None = None,
     input_mode: str = "File",
     checkpoint_s3_uri: str | None = None,
@@ -180,8 +203,12 @@ def build_training(
     Exactly one of ``image_uri``, ``algorithm`` (a built-in algorithm: its image from the SDK's data) and
     ``framework`` + ``framework_version`` (+ ``py_version``; + ``base_framework_version`` for huggingface,
     e.g. "pytorch2.5.1": a Deep Learning Container) names the image.
-    ``entry_point`` (+ ``source_dir``) makes it a script-mode job. ``distribution`` takes the SDK's
-    ``distribution=`` dict. ``inputs`` maps channel names to an S3 prefix or a dict with ``s3_uri``,
+    ``entry_point`` (+ ``source_dir``) makes it a script-mode job. ``distribution`` takes the SDK v2
+    ``distribution=`` dict; ``distributed`` the SDK v3 ``ModelTrainer(distributed=...)`` configuration
+    (``Torchrun(...)``, ``MPI(...)``, ``SMP(...)`` objects or their dict forms, see
+    :func:`airflow_smdist.specs.distribution.from_distributed`), which map to the same request.
+    ``model_dir`` (TensorFlow only): the ``model_dir`` hyperparameter the SDK sends, by default
+    ``<output_path>/<job>/model`` (``/opt/ml/model`` with MPI); False sends none. ``inputs`` maps channel names to an S3 prefix or a dict with ``s3_uri``,
     ``distribution`` (FullyReplicated|ShardedByS3Key), ``input_mode`` (File|FastFile|Pipe), ...
 
     ``lr_scaling`` = {"base_learning_rate", "base_batch_size", "per_device_batch_size", "warmup_epochs",
@@ -193,6 +220,7 @@ def build_training(
 
     region = region or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
     hyperparameters = dict(hyperparameters or {})
+    distribution = dist_mod.resolve_distribution(distribution, distributed)
     # Jinja with render_template_as_native_obj turns "2.5" into 2.5: versions are strings
     framework_version = None if framework_version is None else str(framework_version)
     algorithm_version = None if algorithm_version is None else str(algorithm_version)
@@ -256,7 +284,8 @@ def build_training(
             raise SpecError("framework_version", f"is required with framework={framework!r}.",
                             "pass framework_version='2.5' (see the SageMaker Deep Learning Containers list).")
         image = images.framework_image_uri(framework, framework_version, py_version, primary_type, region,
-                                           base_framework_version=base_framework_version)
+                                           base_framework_version=base_framework_version,
+                                           distribution=distribution)
         advice_msgs = []
     else:
         image, advice_msgs = image_uri, []
@@ -299,6 +328,9 @@ def build_training(
     for key in hyperparameters:
         if key in SCRIPT_MODE_KEYS or key in dist_hps:
             raise SpecError(f"hyperparameters[{key!r}]", "is set by the builder.", "drop it from hyperparameters.")
+        if key == "model_dir" and (framework or "").lower() == "tensorflow" and entry_point and model_dir is not False:
+            raise SpecError("hyperparameters['model_dir']", "is set by the builder for TensorFlow (as the SDK does).",
+                            "pass model_dir='s3://...' (or model_dir=False to send none) instead.")
     script_mode = bool(entry_point)
     all_hps: dict[str, Any] = dict(hyperparameters)
     all_hps.update(dist_hps)
@@ -325,6 +357,9 @@ def build_training(
             program, pack = entry_point, source_dir
         else:  # the SDK packs the entry point file alone
             program, pack = os.path.basename(entry_point), entry_point
+        tf_model_dir = _tensorflow_model_dir(framework, model_dir, dist_hps, output_path, job_name)
+        if tf_model_dir is not None:
+            all_hps["model_dir"] = tf_model_dir
         all_hps.update({"sagemaker_program": program,
                         "sagemaker_submit_directory": submit_dir,
                         "sagemaker_container_log_level": container_log_level,

@@ -197,8 +197,11 @@ class SmdistJobTrigger(BaseTrigger):
 
     def __init__(self, *, job_name: str, backend: str = "local", smdist_conn_id: str | None = "smdist_default",
                  aws_conn_id: str | None = None, region_name: str | None = None, poll_interval: float = 30,
-                 print_logs: bool = True, log_cursor: Any = None, kind: str | None = None) -> None:
+                 print_logs: bool = True, log_cursor: Any = None, kind: str | None = None,
+                 secret_hyperparameters: list[str] | None = None) -> None:
         super().__init__()
+        #: names only (never values): the trigger masks their values from the job's description
+        self.secret_hyperparameters = list(secret_hyperparameters or [])
         self.kind = kind or self.kind
         self.job_name = job_name
         self.backend = backend
@@ -213,7 +216,8 @@ class SmdistJobTrigger(BaseTrigger):
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "job_name": self.job_name, "backend": self.backend, "smdist_conn_id": self.smdist_conn_id,
             "aws_conn_id": self.aws_conn_id, "region_name": self.region_name, "poll_interval": self.poll_interval,
-            "print_logs": self.print_logs, "log_cursor": self.log_cursor, "kind": self.kind})
+            "print_logs": self.print_logs, "log_cursor": self.log_cursor, "kind": self.kind,
+            "secret_hyperparameters": self.secret_hyperparameters})
 
     def _backend(self):
         from airflow_smdist.hooks.smdist import SmdistHook
@@ -230,15 +234,35 @@ class SmdistJobTrigger(BaseTrigger):
         key = ("local", str(backend.store.root))
         return poller_for(key, self.kind, self.poll_interval, lambda: LocalStatusSource(backend))
 
+    def mask_secrets(self, description: dict[str, Any]) -> None:
+        """Register the secret hyperparameters' values (read from the job's description) with this
+        triggerer's secrets masker, before the trigger writes any line of the job's log."""
+        if not self.secret_hyperparameters:
+            return
+        from airflow_smdist._compat import mask_hyperparameter
+
+        definitions = [description.get("TrainingJobDefinition") or {}, *(description.get("TrainingJobDefinitions") or [])]
+        sources = [description.get("HyperParameters") or {}] + [d.get("StaticHyperParameters") or {}
+                                                                 for d in definitions]
+        for hps in sources:
+            for name in self.secret_hyperparameters:
+                mask_hyperparameter(hps.get(name))
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         poller = self._poller()
         queue = poller.watch(self.job_name)
         lifecycle = AsyncJobLifecycle(self._backend(), self.kind, self.job_name, log=self.log,
                                       poll_interval=self.poll_interval, log_cursor=self.log_cursor)
-        logs = asyncio.get_running_loop().create_task(lifecycle.stream_logs()) if self.print_logs else None
+        logs = None  # started once the first description has told the masker the secrets
+        masked = False
         try:
             while True:
                 item = await queue.get()
+                if not masked and not isinstance(item, Exception):
+                    self.mask_secrets(item)
+                    masked = True
+                    if self.print_logs:
+                        logs = asyncio.get_running_loop().create_task(lifecycle.stream_logs())
                 event = lifecycle.error(item) if isinstance(item, Exception) else lifecycle.observe(item)
                 if event is None:
                     continue

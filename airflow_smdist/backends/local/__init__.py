@@ -64,6 +64,9 @@ if TYPE_CHECKING:  # mypy checks that every registered module satisfies the prot
 
     _KIND_MODULES_CHECKED: tuple[LocalJobKind, ...] = (_training, _processing, _transform, _tuning)
 
+#: how often a blocking wait looks at a job's state file (one stat call)
+STATE_POLL_SECONDS = 0.05
+
 
 def dt(epoch: float | None) -> datetime | None:
     """Epoch seconds as the aware datetime boto3 returns."""
@@ -150,6 +153,30 @@ class LocalBackend:
         pid = self._supervisor_pid(job_dir)
         if pid_alive(pid):
             os.kill(pid, signal.SIGTERM)
+
+    def wait_for_change(self, kind: str, names: str | list[str], timeout: float) -> None:
+        """Return as soon as the state of the job ``names`` (or of any of several) changes (its supervisor
+        rewrote ``state.json``, or exited), else after ``timeout`` seconds. A ``stat`` per job every
+        :data:`STATE_POLL_SECONDS` costs microseconds, so a blocking wait sees a job end within a fraction of
+        a second whatever its poll interval says."""
+        dirs = [self.store.job_dir(kind, n) for n in ([names] if isinstance(names, str) else names)]
+        pids = [p for p in (self._supervisor_pid(d) for d in dirs) if p is not None]
+
+        def signature():
+            out = []
+            for d in dirs:
+                try:
+                    st = os.stat(d / "state.json")
+                    out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+                except FileNotFoundError:
+                    out.append(None)
+            return out
+
+        start, deadline = signature(), time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(min(STATE_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+            if signature() != start or not all(pid_alive(p) for p in pids):
+                return
 
     def log_events(self, kind: str, name: str, cursor: Any = None) -> tuple[list[LogEvent], Any]:
         job_dir = self.store.job_dir(kind, name)

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from airflow_smdist.backends.local import ACCOUNT, contract, dt, last_modified, launcher
 from airflow_smdist.backends.local.store import write_json_atomic
-from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, shard
+from airflow_smdist.backends.local.supervisor import JobSupervisor, error_excerpt, fit_failure_reason, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.processing import is_python_command
 from airflow_smdist.storage import safe_join
@@ -565,13 +565,12 @@ class ProcessingSupervisor(JobSupervisor):
         path = self.dir / "logs" / f"{host.label}.jsonl"
         tail = [json.loads(x)["m"] for x in path.read_text().splitlines()[-400:]] if path.exists() else []
         lines = [x for x in tail if x.strip() and not SPARK_LOG_LINE.match(x)]
-        starts = [i for i, x in enumerate(lines) if x.startswith("Traceback (most recent call last)")]
-        error_lines = lines[starts[-1]:][-16:] if starts else lines[-8:]  # the last traceback, else the tail
+        error_lines = error_excerpt(lines)  # up to the last traceback's exception line, else the tail
         sig = f" (killed by signal {-code})" if code < 0 else ""
         what = "spark-submit" if is_spark(self.request) else "the processing command"
         text = (f"AlgorithmError: {what} failed with exit code {code}{sig} on host {host.label} ({host.address}):\n"
                 + "\n".join(error_lines))
-        return text[:FAILURE_LIMIT]
+        return fit_failure_reason(text)
 
     def exit_message(self, cluster: contract.Cluster) -> str | None:
         parts = []
@@ -632,7 +631,6 @@ class ProcessingSupervisor(JobSupervisor):
                 reason = str(e)
             else:  # staging reads the user's data (their error); after it, ours
                 reason = f"{'InternalServerError' if stage_done else 'ClientError'}: {type(e).__name__}: {e}"
-            reason = reason[:FAILURE_LIMIT]
         finally:
             self.store.release_block(job_key)
         self.secondary(status, {"Completed": "Processing job completed", "Failed": "Processing job failed",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from airflow_smdist.backends.local import contract, dt, last_modified, launcher, transitions_of
 from airflow_smdist.backends.local.store import write_json_atomic
-from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, PlatformError, free_port, shard
+from airflow_smdist.backends.local.supervisor import JobSupervisor, PlatformError, free_port, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import safe_join
 
@@ -305,7 +305,7 @@ class TrainingSupervisor(JobSupervisor):
             if self.procs:
                 self.end_all(5)
             status, secondary = "Failed", "Failed"
-            reason = (reason or (str(e) if isinstance(e, PlatformError) else f"{type(e).__name__}: {e}"))[:FAILURE_LIMIT]
+            reason = reason or (str(e) if isinstance(e, PlatformError) else f"{type(e).__name__}: {e}")
         finally:
             self.store.release_block(job_key)
         self.secondary(secondary, {"Completed": "Training job completed", "Failed": "Training job failed",

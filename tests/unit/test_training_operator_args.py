@@ -1,0 +1,39 @@
+"""The training operator takes every argument of the request builder, templated, and hands it on."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+from airflow_smdist.specs.training import build_training
+
+#: builder arguments the operator supplies itself
+SUPPLIED = {"job_name", "region", "allow_local_uris"}
+
+
+def test_every_builder_argument_is_an_operator_argument_and_template_field():
+    builder = set(inspect.signature(build_training).parameters) - SUPPLIED
+    operator = set(inspect.signature(SageMakerDistributedTrainingOperator.__init__).parameters)
+    assert builder <= operator, sorted(builder - operator)
+    assert builder <= set(SageMakerDistributedTrainingOperator.template_fields)
+
+
+def test_log_level_model_dir_and_a_v3_distributed_config_reach_the_request(tmp_path):
+    from sagemaker.train.distributed import Torchrun
+
+    op = SageMakerDistributedTrainingOperator(
+        task_id="t", output_path="s3://b/out", entry_point="train.py", source_dir="s3://b/src/sourcedir.tar.gz",
+        framework="tensorflow", framework_version="2.16", py_version="py310", instance_type="ml.c5.xlarge",
+        container_log_level=10, model_dir="s3://b/models", distributed=None,
+        role="arn:aws:iam::123456789012:role/R")
+    hps = op.plan("job-1", "sagemaker").request["HyperParameters"]
+    assert hps["sagemaker_container_log_level"] == "10" and json.loads(hps["model_dir"]) == "s3://b/models"
+
+    op = SageMakerDistributedTrainingOperator(
+        task_id="t2", output_path="s3://b/out", entry_point="train.py", source_dir="s3://b/src/sourcedir.tar.gz",
+        image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1", instance_count=2, distributed=Torchrun(),
+        role="arn:aws:iam::123456789012:role/R")
+    assert op.distributed == {"torchrun": {}}  # plain data on the operator (templated, serialized with the DAG)
+    hps = op.plan("job-2", "sagemaker").request["HyperParameters"]
+    assert hps["sagemaker_torch_distributed_enabled"] == "true"
