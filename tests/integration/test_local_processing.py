@@ -70,6 +70,7 @@ def describe_members_are_the_apis(d: dict) -> None:
 # ---- the Spark jobs (one module fixture; both run at once) ------------------------------------------------------
 SPARK_APP = textwrap.dedent('''
     import glob, json, os, sys
+    import pyspark
     from pyspark import SparkFiles
     from pyspark.sql import SparkSession
     import smdist_helper  # shipped with --py-files
@@ -97,6 +98,9 @@ SPARK_APP = textwrap.dedent('''
         "rows": raw.count(),
         "row_sum": raw.groupBy().sum("value").first()[0],
         "executor_tasks": sc.parallelize(range(100), sc.defaultParallelism).map(lambda x: x * 2).sum(),
+        "pyspark": pyspark.__version__,
+        "driver_python": sys.executable,
+        "executor_python": sc.parallelize([0], 1).map(lambda _x: __import__("sys").executable).first(),
     }
     out = args["--output"]
     with open(os.path.join(out, "facts.json"), "w") as f:
@@ -126,6 +130,13 @@ FAILING_APP = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def spark_jobs(tmp_path_factory):
+    """Both Spark jobs run in their image's runtime (framework_version 3.5: pyspark 3.5.x), as by default."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SMDIST_LOCAL_RUNTIME", "image")
+        return _spark_jobs(tmp_path_factory)
+
+
+def _spark_jobs(tmp_path_factory):
     pytest.importorskip("pyspark")
     tmp = tmp_path_factory.mktemp("spark")
     backend = LocalBackend(tmp / "jobs")
@@ -191,6 +202,9 @@ def test_spark_app_runs_on_a_local_spark_honouring_the_instance_count(spark_jobs
     assert facts["master"] == f"local[{slots}]" and facts["default_parallelism"] == slots
     assert facts["executor_tasks"] == sum(range(100)) * 2
     assert facts["rows"] == 200 and facts["row_sum"] == sum(i * 100 + j for i in range(4) for j in range(50))
+    # framework_version 3.5: the image's pyspark, in the job's runtime on the driver and the executors alike
+    assert facts["pyspark"].startswith("3.5."), facts["pyspark"]
+    assert facts["driver_python"] == facts["executor_python"] and "/runtimes/" in facts["driver_python"]
     state = json.loads((spark_jobs.backend.job_dir("processing", spark_jobs.ok_name) / "state.json").read_text())
     assert list(state["host_pids"]) == ["algo-1"]  # only the primary runs spark-submit, as smspark-submit does
     assert state["spark"]["primary"] == "algo-1"
