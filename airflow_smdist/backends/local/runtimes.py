@@ -94,7 +94,11 @@ class RuntimeError_(RuntimeError):
 
     def __init__(self, field_name: str, message: str, fix: str, detail: str = "") -> None:
         self.field, self.message, self.fix = field_name, message, fix
-        super().__init__(f"{field_name}: {message} Fix: {fix}" + (f"\n{detail}" if detail else ""))
+        head = f"{field_name}: {message} Fix: {fix}"
+        room = 1000 - len(head)  # a FailureReason holds 1 KB: the field and the fix first, then what fits
+        if detail and room > 40:
+            head += "\n" + (detail if len(detail) <= room else detail[:room - 4] + " ...")
+        super().__init__(head)
 
 
 @dataclass(frozen=True)

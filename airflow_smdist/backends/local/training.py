@@ -31,7 +31,12 @@ from airflow_smdist.backends.local import (
     transitions_of,
 )
 from airflow_smdist.backends.local.store import write_json_atomic
-from airflow_smdist.backends.local.supervisor import JobSupervisor, PlatformError, free_port, shard
+from airflow_smdist.backends.local.supervisor import (
+    JobSupervisor,
+    PlatformError,
+    free_port,
+    shard,
+)
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import safe_join
 
