@@ -569,3 +569,33 @@ def test_example_dag_preprocesses_and_trains_under_airflow_dags_test(tmp_path):
     assert "validation:accuracy" in log
     assert list((data / "models").glob("smdist-train-*/output/model.tar.gz"))
     assert list((data / "spark-events").iterdir())
+
+
+@pytest.mark.parametrize("isolation", ["namespace"])
+def test_framework_processor_source_dir_runs_through_runproc(tmp_path, monkeypatch, isolation):
+    """source_dir + code (SDK 2's FrameworkProcessor): the bundle and runproc.sh are uploaded, and the local
+    job runs runproc.sh itself: it unpacks the bundle in the code input, the script imports its neighbour
+    module from the bundle and gets the job's arguments. (runproc.sh names container paths, so this needs
+    a host in its own mount namespace.)"""
+    if launcher.namespace_prefix() is None:
+        pytest.skip("this OS allows no private mount namespace here")
+    from airflow_smdist.operators.processing import SmdistProcessingOperator
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "helpers.py").write_text("GREETING = 'from the bundle'\n")
+    (src / "process.py").write_text(
+        "import os, sys\nimport helpers\n"
+        "open(os.path.join('/opt/ml/processing/output/result', 'out.txt'), 'w').write(\n"
+        "    f'{helpers.GREETING} {os.getcwd()} {sys.argv[1:]}')\n")
+    op = SmdistProcessingOperator(task_id="fw", image_uri=IMAGE, source_dir=str(src), code="process.py",
+                                  poll_interval=0.3, arguments=["--rows", 3],
+                                  outputs={"result": f"file://{tmp_path}/result"})
+    result = op.execute(context(f"run-{uuid.uuid4().hex}", "fw"))
+    assert result["status"] == "Completed", result
+    code_uri = result["inputs"]["code"]
+    assert code_uri.endswith(f"/{result['job_name']}/source/sourcedir.tar.gz")
+    assert result["inputs"]["entrypoint"] == code_uri.replace("sourcedir.tar.gz", "runproc.sh")
+    assert files_under(result["outputs"]["result"]) == {
+        "out.txt": "from the bundle /opt/ml/processing/input/code ['--rows', '3']"}
