@@ -312,6 +312,7 @@ def plot(summary: dict[str, Any], samples: list[dict], path: str) -> str:
     io_ax.set_title("bytes read per host (MB, cumulative)" if reads else "memory per host (%)")
     fig.suptitle(f"{summary['job_name']}: {len(summary['hosts'])} host(s), {summary['duration_seconds']:.0f} s")
     for ax in axes:
+        ax.set_xlim(0, max(summary["duration_seconds"], 1.0))  # one time axis for every panel
         ax.set_xlabel("seconds since start")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")

@@ -28,6 +28,7 @@ except ImportError:  # Airflow 2.10 / 2.11
     from airflow.models.param import Param
 
 from airflow_smdist.operators.scaling import scaling_study
+from airflow_smdist.params import deferrable_param, role_param, storage_param
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
@@ -42,13 +43,12 @@ with DAG(
     catchup=False,
     tags=["smdist", "option-2", "pytorch", "scaling"],
     params={
-        "data_uri": Param(f"{LOCAL_DATA}/scaling", type="string",
-                          description="Prefix the generated training data is written to and read from (s3:// on "
-                                      "SageMaker; the default is the local backend's scratch space on this machine)."),
-        "output_uri": Param(f"{LOCAL_DATA}/scaling-output", type="string",
-                            description="S3OutputPath of every job of the study (and of the study's report)."),
-        "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string",
-                      description="SageMaker execution role (only used by the sagemaker backend)."),
+        "data_uri": storage_param(f"{LOCAL_DATA}/scaling",
+                                  "Prefix the generated training data is written to and read from."),
+        "output_uri": storage_param(f"{LOCAL_DATA}/scaling-output",
+                                    "S3OutputPath of every job of the study, and of the study's report and plot."),
+        "role": role_param(),
+        "deferrable": deferrable_param(),
         "epochs": Param(2, type="integer", minimum=1, description="Epochs of every job in the study."),
         "per_device_batch_size": Param(32, type="integer", minimum=1,
                                        description="Batch size per process; the global batch grows with the hosts."),
@@ -101,8 +101,12 @@ with DAG(
                     "per_device_batch_size": "{{ params.per_device_batch_size }}", "warmup_epochs": 1},
         metric_definitions=[{"Name": "train:loss", "Regex": r"train_loss=([0-9.eE+-]+)"},
                             {"Name": "train:samples_per_sec", "Regex": r"samples_per_sec=([0-9.eE+-]+)"}],
+        # a tiny model: one OpenMP thread per process, so simulated hosts sharing this machine's cores do not
+        # oversubscribe them (spinning OpenMP threads would make the 1-host baseline look many times slower)
+        environment={"OMP_NUM_THREADS": "1"},
         max_run=1800,
         poll_interval=2,
+        deferrable="{{ params.deferrable }}",
     )
     data >> study
 

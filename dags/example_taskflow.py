@@ -24,6 +24,8 @@ except ImportError:  # Airflow 2.10 / 2.11
     from airflow.decorators import task
     from airflow.models.param import Param
 
+from airflow_smdist.params import role_param, storage_param  # noqa: E402
+
 LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
 
 with DAG(
@@ -34,10 +36,12 @@ with DAG(
     catchup=False,
     tags=["smdist", "option-3", "taskflow"],
     params={
-        "data_uri": Param(f"{LOCAL_DATA}/taskflow-records", type="string", description="Generated records go here."),
-        "output_uri": Param(f"{LOCAL_DATA}/taskflow-output", type="string", description="S3OutputPath."),
-        "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string"),
-        "instance_count": Param(2, type="integer", minimum=1, maximum=20),
+        "data_uri": storage_param(f"{LOCAL_DATA}/taskflow-records", "Prefix the generated records are written to."),
+        "output_uri": storage_param(f"{LOCAL_DATA}/taskflow-output",
+                                    "S3OutputPath of the job (the function's result and per-rank errors)."),
+        "role": role_param(),
+        "instance_count": Param(2, type="integer", minimum=1, maximum=20,
+                                description="Hosts the function runs on; each gets its ShardedByS3Key share."),
         "files": Param(9, type="integer", minimum=1, description="Objects to shard over the hosts."),
     },
 ) as dag:

@@ -94,10 +94,11 @@ class SmdistFunctionMixin:
         if ti is not None and hasattr(ti, "xcom_push"):
             ti.xcom_push(key=JOB_XCOM_KEY, value=info)
 
-    def execute(self, context: Any) -> Any:
+    def before_execute(self, context: Any) -> None:
+        """Called first by the concrete operators' ``execute`` (defined there, not here: Airflow 2 wraps only an
+        ``execute`` its operator metaclass sees in a class body)."""
         self._smdist_context = context
         self.check_function()
-        return super().execute(context)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         self._smdist_context = context

@@ -68,6 +68,10 @@ class SmdistProcessingDecoratedOperator(SmdistFunctionMixin, DecoratedOperator, 
         self.results_location = results_location
         super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, **kwargs)
 
+    def execute(self, context: Any) -> Any:
+        self.before_execute(context)
+        return super().execute(context)
+
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
         location = (self.results_location or self.code_location or self.default_code_location()).rstrip("/")
         saved = self.code, self.command, self.arguments, self.inputs, self.outputs

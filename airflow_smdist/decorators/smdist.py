@@ -62,6 +62,10 @@ class SmdistTrainingDecoratedOperator(SmdistFunctionMixin, DecoratedOperator, Sa
         super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs,
                          entry_point=ENTRY_POINT, **kwargs)
 
+    def execute(self, context: Any) -> Any:
+        self.before_execute(context)
+        return super().execute(context)
+
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
         with self.payload_directory() as directory:
             files = self.write_function_payload(directory)

@@ -101,7 +101,8 @@ class SmdistHook(BaseHook):
         from airflow_smdist.backends.local import LocalBackend
 
         return LocalBackend(self.extra.get("local_root"), region_name=self.region_name,
-                            s3_endpoint_url=self.extra.get("s3_endpoint_url"))
+                            s3_endpoint_url=self.extra.get("s3_endpoint_url"),
+                            local_runtimes=self.extra.get("local_runtimes"))
 
     def get_conn(self):
         return self.get_backend()

@@ -37,7 +37,8 @@ PYSPARK_ARGS = (
 )
 #: the builder arguments that say where local files are uploaded (all default to code_location)
 LOCATION_ARGS = ("code_location", "dependency_location", "configuration_location")
-SCRIPT_ARGS = ("image_uri", "framework", "framework_version", "py_version", "code", "command", "entrypoint")
+SCRIPT_ARGS = ("image_uri", "framework", "framework_version", "py_version", "code", "source_dir", "command",
+               "entrypoint")
 RENDERERS = {"inputs": "json", "outputs": "json", "env": "json", "configuration": "json", "arguments": "json",
              "network_config": "json", "tags": "json"}
 
@@ -194,7 +195,9 @@ class SmdistProcessingOperator(_ProcessingOperator):
     ``code`` (a local script, uploaded to ``code_location``, or an s3:// URI) runs as ``command`` (default
     ``["python3"]``) ``+ ["/opt/ml/processing/input/code/<script>"] + arguments``; the image is ``image_uri``
     or ``framework`` ("sklearn", "xgboost", "pytorch", "tensorflow") + ``framework_version`` from the SDK's
-    data. ``instance_count`` hosts each run it; ``ShardedByS3Key`` inputs give each host its share of the
+    data. With ``source_dir``, ``code`` names the script in that directory, which is shipped as
+    sourcedir.tar.gz with a runproc.sh that installs its requirements.txt, as SDK 2's ``FrameworkProcessor``
+    does. ``instance_count`` hosts each run it; ``ShardedByS3Key`` inputs give each host its share of the
     objects (the seed's embarrassingly parallel Option 3). See
     :func:`airflow_smdist.specs.processing.build_processing`. Returns the same XCom dict as
     :class:`SageMakerPySparkProcessingOperator`.
@@ -205,8 +208,10 @@ class SmdistProcessingOperator(_ProcessingOperator):
 
     def __init__(self, *, image_uri: str | None = None, framework: str | None = None,
                  framework_version: str | None = None, py_version: str | None = None, code: str | None = None,
-                 command: list[str] | None = None, entrypoint: list[str] | None = None, **kwargs: Any) -> None:
+                 source_dir: str | None = None, command: list[str] | None = None,
+                 entrypoint: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.source_dir = source_dir
         self.image_uri = image_uri
         self.framework = framework
         self.framework_version = framework_version

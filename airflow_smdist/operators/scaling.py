@@ -126,14 +126,18 @@ def _speedup(row: dict[str, Any], base: dict[str, Any]) -> float | None:
 
 
 def _recommend(rows: list[dict[str, Any]], min_efficiency: float) -> dict[str, Any] | None:
+    """Among completed configurations at or above the efficiency floor (the baseline always is): those that
+    reached the target first, by time to target; else the highest speed-up. Ties: the cheaper."""
     done = [r for r in rows if r["status"] == "Completed" and r.get("speedup") is not None]
     ok = [r for r in done if r["efficiency"] >= min_efficiency] or done[:1]
+    reached = [r for r in ok if r.get("time_to_target") is not None]
 
-    def key(r: dict[str, Any]) -> tuple:
-        when = r.get("time_to_target") if r.get("time_to_target") is not None else r.get("seconds")
-        return (when if when is not None else float("inf"), r["cost"] if r.get("cost") is not None else 0.0)
+    def cost(r: dict[str, Any]) -> float:
+        return r["cost"] if r.get("cost") is not None else 0.0
 
-    return min(ok, key=key) if ok else None
+    if reached:
+        return min(reached, key=lambda r: (r["time_to_target"], cost(r)))
+    return min(ok, key=lambda r: (-r["speedup"], cost(r))) if ok else None
 
 
 def compare(rows: list[dict[str, Any]], min_efficiency: float = 0.7) -> dict[str, Any]:
@@ -157,15 +161,21 @@ def compare(rows: list[dict[str, Any]], min_efficiency: float = 0.7) -> dict[str
 def verdict(rows: list[dict], base: dict, best: dict | None, min_efficiency: float) -> str:
     if best is None:
         return "No configuration could be timed."
+    missed = [r["task_id"] for r in rows if r["status"] == "Completed" and "time_to_target" in r
+              and r["time_to_target"] is None and best.get("time_to_target") is not None]
+    tail = f" ({', '.join(missed)} never reached the target: a larger global batch may need more epochs " \
+           f"or a longer warm-up)" if missed else ""
     if best is base:
         worst = min((r for r in rows if r.get("efficiency") is not None and r is not base),
                     key=lambda r: r["efficiency"], default=None)
-        tail = (f" (efficiency fell to {worst['efficiency']:.2f} at {worst['instance_count']} hosts)"
+        fell = (f" (efficiency fell to {worst['efficiency']:.2f} at {worst['instance_count']} hosts)"
                 if worst else "")
-        return (f"Scaling out did not pay{tail}: keep {base['task_id']}, or scale up (a larger instance) "
-                f"before scaling out.")
-    return (f"Recommended: {best['task_id']} ({best['speedup']:.2f}x the baseline at efficiency "
-            f"{best['efficiency']:.2f}, the fastest at or above {min_efficiency:.2f}).")
+        return (f"Scaling out did not pay{fell}: keep {base['task_id']}, or scale up (a larger instance) "
+                f"before scaling out.{tail}")
+    how = (f"reached the target in {best['time_to_target']:.0f} s, " if best.get("time_to_target") is not None
+           else "")
+    return (f"Recommended: {best['task_id']} ({how}{best['speedup']:.2f}x the baseline at efficiency "
+            f"{best['efficiency']:.2f}; the efficiency floor is {min_efficiency:.2f}).{tail}")
 
 
 def table(study: dict[str, Any]) -> str:

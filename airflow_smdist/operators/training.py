@@ -2,30 +2,65 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
+from dataclasses import MISSING
 from typing import Any, Sequence
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS, mask_hyperparameter
 from airflow_smdist.backends.base import TERMINAL_STATES
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
 from airflow_smdist.operators.links import SageMakerTrainingJobLink, SageMakerTrainingLogsLink
+from airflow_smdist.specs.training import TRAINING_ARGS, training_fields
 
-#: build_training arguments the operator passes through (and templates)
-TRAINING_ARGS = (
-    "entry_point", "source_dir", "code_location", "framework", "framework_version", "py_version",
-    "base_framework_version", "image_uri",
-    "algorithm", "algorithm_version", "instance_type", "instance_count", "hyperparameters", "distribution",
-    "inputs", "input_mode", "output_path", "role", "checkpoint_s3_uri", "checkpoint_local_path", "max_run",
-    "use_spot_instances", "max_wait", "max_retry_attempts", "metric_definitions", "environment", "volume_size",
-    "subnets", "security_group_ids", "enable_network_isolation", "encrypt_inter_container_traffic",
-    "instance_groups", "lr_scaling", "tags", "distributed", "model_dir", "container_log_level",
-)
+#: The operator's defaults where they differ from the builder's: no role (the local backend uses a stand-in;
+#: the sagemaker backend requires one, see operators.base.require_role).
+OPERATOR_DEFAULTS: dict[str, Any] = {"role": None}
+
+
+def spec_signature(init: Any, *, defaults: dict[str, Any] | None = None) -> Any:
+    """Give ``init`` (``def __init__(self, *, <own arguments>, **kwargs)``) the signature it really has: its
+    own keyword arguments plus every training argument of :mod:`airflow_smdist.specs.training`'s sections,
+    with their defaults. Airflow reads it (``default_args``, required arguments, ``partial``/``expand``),
+    as do ``help()`` and IDEs; the arguments are written once, in the sections."""
+    own = inspect.signature(init)
+    params = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    taken = {p.name for p in params}
+    defaults = {**OPERATOR_DEFAULTS, **(defaults or {})}
+    for f in training_fields():
+        if f.name in taken:
+            continue
+        default = defaults.get(f.name, f.default)
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
+                                        default=inspect.Parameter.empty if default is MISSING else default))
+    params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation="Any"))
+    init.__signature__ = own.replace(parameters=params)
+    return init
+
+
+def take_training_arguments(kwargs: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Pop the training arguments from an operator's ``kwargs`` (the rest go to BaseOperator), with the
+    operator's defaults for those not given."""
+    defaults = {**OPERATOR_DEFAULTS, **(defaults or {})}
+    out = {}
+    for f in training_fields():
+        if f.name in kwargs:
+            out[f.name] = kwargs.pop(f.name)
+        elif f.name in defaults:
+            out[f.name] = defaults[f.name]
+        elif f.default is not MISSING:
+            out[f.name] = f.default
+        else:
+            raise TypeError(f"missing keyword argument {f.name!r}")
+    return out
 
 
 class SageMakerDistributedTrainingOperator(SmdistJobOperator):
     """Run a SageMaker training job, distributed the way the SageMaker SDK distributes it.
 
-    The arguments are the SDK estimator's (see :func:`airflow_smdist.specs.training.build_training`):
+    The arguments are the SDK estimator's, one per field of the spec sections of
+    :mod:`airflow_smdist.specs.training` (see :func:`~airflow_smdist.specs.training.build_training`), all
+    templated:
     ``entry_point`` + ``source_dir`` with ``framework``/``framework_version``/``py_version`` (script mode
     in a Deep Learning Container), or ``algorithm=`` (a built-in algorithm) or ``image_uri=``;
     ``instance_type`` x ``instance_count``; ``distribution`` ({"torch_distributed": {"enabled": True}},
@@ -50,65 +85,17 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
                                  "environment": "json", "lr_scaling": "json", "metric_definitions": "json"}
     operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink())
 
-    def __init__(self, *, output_path: str, role: str | None = None,
-                 entry_point: str | None = None, source_dir: str | None = None, code_location: str | None = None,
-                 framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
-                 base_framework_version: str | None = None, image_uri: str | None = None, algorithm: str | None = None, algorithm_version: str | None = None,
-                 instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1,
-                 hyperparameters: dict[str, Any] | None = None, distribution: dict[str, Any] | None = None,
-                 inputs: dict[str, Any] | None = None, input_mode: str = "File",
-                 checkpoint_s3_uri: str | None = None, checkpoint_local_path: str | None = None,
-                 max_run: int | str = 86400, use_spot_instances: bool = False, max_wait: int | str | None = None,
-                 max_retry_attempts: int | str | None = None, metric_definitions: list[dict] | None = None,
-                 environment: dict[str, str] | None = None, volume_size: int | str = 30,
-                 subnets: list[str] | None = None, security_group_ids: list[str] | None = None,
-                 enable_network_isolation: bool = False, encrypt_inter_container_traffic: bool = False,
-                 instance_groups: list[dict] | None = None, lr_scaling: dict[str, Any] | None = None,
-                 tags: dict[str, str] | None = None, secret_hyperparameters: list[str] | None = None,
-                 include_runtime: bool = False, insight: bool = True, distributed: Any = None,
-                 model_dir: str | bool | None = None, container_log_level: int = logging.INFO,
-                 **kwargs: Any) -> None:
+    @spec_signature
+    def __init__(self, *, secret_hyperparameters: list[str] | None = None, include_runtime: bool = False,
+                 insight: bool = True, **kwargs: Any) -> None:
+        arguments = take_training_arguments(kwargs)
         super().__init__(**kwargs)
         self.insight = insight
         self.include_runtime = include_runtime
         self.secret_hyperparameters = list(secret_hyperparameters or [])
-        self.output_path = output_path
-        self.role = role
-        self.entry_point = entry_point
-        self.source_dir = source_dir
-        self.code_location = code_location
-        self.framework = framework
-        self.framework_version = framework_version
-        self.py_version = py_version
-        self.base_framework_version = base_framework_version
-        self.image_uri = image_uri
-        self.algorithm = algorithm
-        self.algorithm_version = algorithm_version
-        self.instance_type = instance_type
-        self.instance_count = instance_count
-        self.hyperparameters = hyperparameters
-        self.distribution = distribution
-        self.inputs = inputs
-        self.input_mode = input_mode
-        self.checkpoint_s3_uri = checkpoint_s3_uri
-        self.checkpoint_local_path = checkpoint_local_path
-        self.max_run = max_run
-        self.use_spot_instances = use_spot_instances
-        self.max_wait = max_wait
-        self.max_retry_attempts = max_retry_attempts
-        self.metric_definitions = metric_definitions
-        self.environment = environment
-        self.volume_size = volume_size
-        self.subnets = subnets
-        self.security_group_ids = security_group_ids
-        self.enable_network_isolation = enable_network_isolation
-        self.encrypt_inter_container_traffic = encrypt_inter_container_traffic
-        self.instance_groups = instance_groups
-        self.lr_scaling = lr_scaling
-        self.tags = tags
-        self.distributed = _distributed_dict(distributed)
-        self.model_dir = model_dir
-        self.container_log_level = container_log_level
+        for name, value in arguments.items():  # the training arguments (TRAINING_ARGS), one attribute each
+            setattr(self, name, value)
+        self.distributed = _distributed_dict(self.distributed)
         self._plan = None
         self.check_secret_names()
 

@@ -34,6 +34,12 @@ def rank_value(base: int, learning_rate: float = 0.0):
     return {"rank": c.rank, "world": c.world_size, "value": base + 100 * c.rank, "learning_rate": learning_rate}
 
 
+def reads_hyperparameters(api_token: str = "", learning_rate: float = 0.0):
+    from airflow_smdist.runtime import cluster
+
+    return {"rank": cluster().rank, "token_ok": api_token == "s3cr3t-7", "learning_rate": learning_rate}
+
+
 def fail_on_host_2(seconds: float):
     import time
 
@@ -91,16 +97,52 @@ def wait_for(predicate, timeout=60):
         time.sleep(0.2)
 
 
+class RecordingTI(SimpleNamespace):
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
 # -- tests --------------------------------------------------------------------------------------------------
-def test_only_global_rank_0s_value_is_the_result_and_lr_scaling_reaches_the_function(tmp_path, local_root):
-    op = training(tmp_path, rank_value, 7, lr_scaling={"base_learning_rate": 0.1, "base_batch_size": 32,
-                                                        "per_device_batch_size": 32})
+def test_only_global_rank_0s_value_is_the_result(tmp_path, local_root):
+    op = training(tmp_path, rank_value, 7)
     value = op.execute(context(f"run-{uuid.uuid4().hex}"))
     # rank 1 returned {"rank": 1, "value": 107, ...}; only rank 0's value comes back
-    assert value == {"rank": 0, "world": 2, "value": 7, "learning_rate": pytest.approx(0.2)}
+    assert value == {"rank": 0, "world": 2, "value": 7, "learning_rate": 0.0}
     job = LocalBackend(local_root).list_jobs("training")[0]["TrainingJobName"]
     logs = (local_root / "training" / job / "logs" / "algo-2.jsonl").read_text()
     assert "only global rank 0's return value becomes the task's result" in logs
+
+
+def test_deferred_wait_returns_rank_0s_value_and_secret_hyperparameters_reach_the_function(tmp_path, local_root):
+    import asyncio
+
+    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk.exceptions import TaskDeferred
+    else:
+        from airflow.exceptions import TaskDeferred
+
+    def make():
+        return training(tmp_path, reads_hyperparameters, deferrable=True, hyperparameters={"api_token": "s3cr3t-7"},
+                        secret_hyperparameters=["api_token"], lr_scaling={"base_learning_rate": 0.1,
+                                                                           "base_batch_size": 32,
+                                                                           "per_device_batch_size": 32})
+    ti = RecordingTI(dag_id="dag", task_id="fn", map_index=-1, try_number=1, pushed={})
+    ctx = {"ti": ti, "run_id": f"run-{uuid.uuid4().hex}"}
+    with pytest.raises(TaskDeferred) as deferred:
+        make().execute(ctx)
+
+    async def first_event():
+        async for event in deferred.value.trigger.run():
+            return event
+
+    event = asyncio.run(asyncio.wait_for(first_event(), 120))
+    value = make().execute_complete(ctx, event.payload)  # the triggerer resumes a fresh operator object
+    assert value == {"rank": 0, "token_ok": True, "learning_rate": pytest.approx(0.2)}
+    job = ti.pushed["smdist_job"]  # the job's own summary, with the secret masked
+    assert job["status"] == "Completed" and job["hyperparameters"]["api_token"] == "***"
+    assert job["lr_scaling"]["learning_rate"] == pytest.approx(0.2)
 
 
 def test_a_function_raising_on_host_2_fails_the_task_with_host_2s_traceback(tmp_path, local_root, caplog, capsys):
@@ -222,3 +264,29 @@ def exits_early():
     os.makedirs(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "other"), exist_ok=True)
     open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "other", "x.txt"), "w").close()
     os._exit(0)  # before the runner writes the result
+
+
+def test_processing_on_moto_ships_the_payload_as_inputs_and_collects_results_from_an_output(moto_server, s3_bucket):
+    import boto3
+
+    name = f"fnp-{uuid.uuid4().hex[:10]}"
+    op = SmdistProcessingDecoratedOperator(
+        task_id="fn", python_callable=count_shard, op_args=[".csv"], backend="sagemaker", job_name=name,
+        image_uri="763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311",
+        role="arn:aws:iam::123456789012:role/R", instance_count=2, code_location=f"s3://{s3_bucket}/code",
+        inputs={"records": {"source": f"s3://{s3_bucket}/records/", "distribution": "ShardedByS3Key"}},
+        poll_interval=0.1)
+    with pytest.raises(SmdistNoResult, match="host 1 of 2 wrote no result"):  # moto completes with no output
+        op.execute(context("run-1"))
+    job = boto3.client("sagemaker", endpoint_url=moto_server, region_name="us-east-1").describe_processing_job(
+        ProcessingJobName=name)
+    inputs = {i["InputName"]: i["S3Input"] for i in job["ProcessingInputs"]}
+    assert inputs["records"]["S3DataDistributionType"] == "ShardedByS3Key"
+    assert inputs["smdist-function"]["LocalPath"] == "/opt/ml/processing/input/smdist-function"
+    assert job["AppSpecification"]["ContainerEntrypoint"] == ["python3", "/opt/ml/processing/input/code/smdist_entry.py"]
+    outputs = {o["OutputName"]: o["S3Output"] for o in job["ProcessingOutputConfig"]["Outputs"]}
+    assert outputs["smdist-results"]["S3Uri"] == f"s3://{s3_bucket}/code/{name}/output/smdist-results"
+    keys = {o["Key"] for o in boto3.client("s3", endpoint_url=moto_server).list_objects_v2(
+        Bucket=s3_bucket, Prefix=f"code/{name}/input/smdist-function/")["Contents"]}
+    assert f"code/{name}/input/smdist-function/smdist_function.py" in keys
+    assert not job.get("Environment")  # nothing (no key, no secret) travels in the job's environment

@@ -51,3 +51,21 @@ def test_time_to_target_reads_the_insight_series():
     assert time_to_target(summary, "loss", 0.1) is None
     acc = {"metrics": {"acc": {"lower_is_better": False, "series": {"all": [[5, 0.5], [9, 0.95]]}}}}
     assert time_to_target(acc, "acc", 0.9) == 9.0
+
+
+def test_reaching_the_target_first_wins_and_misses_are_named():
+    study_args = dict(STUDY, throughput_metric="sps", target_metric="loss", target_value=0.1)
+
+    def summary(points):
+        return {"metrics": {"loss": {"lower_is_better": True, "series": {"algo-1": points}}}}
+
+    rows = [_row("x1", result(1, 30.0, throughput=100.0), summary([[10, 0.5], [25, 0.09]]), study_args),
+            _row("x2", result(2, 20.0, throughput=190.0), summary([[5, 0.5], [15, 0.2]]), study_args),
+            _row("x4", result(4, 15.0, throughput=300.0), summary([[4, 0.3], [8, 0.08]]), study_args)]
+    study = compare(rows, min_efficiency=0.7)
+    assert study["recommended"]["task_id"] == "x4"  # efficiency 0.75, first to the target
+    assert "reached the target in 8 s" in study["verdict"] and "x2 never reached the target" in study["verdict"]
+    rows[2]["efficiency"] = None
+    slow = [_row("x1", result(1, 30.0, throughput=100.0), None, STUDY | {"throughput_metric": "sps"}),
+            _row("x2", result(2, 20.0, throughput=190.0), None, STUDY | {"throughput_metric": "sps"})]
+    assert compare(slow)["recommended"]["task_id"] == "x2"  # no target: the highest speed-up at the floor

@@ -5,18 +5,33 @@ from __future__ import annotations
 import inspect
 import json
 
-from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
-from airflow_smdist.specs.training import build_training
+import pytest
 
-#: builder arguments the operator supplies itself
-SUPPLIED = {"job_name", "region", "allow_local_uris"}
+from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+from airflow_smdist.specs.training import TRAINING_ARGS, build_training
 
 
 def test_every_builder_argument_is_an_operator_argument_and_template_field():
-    builder = set(inspect.signature(build_training).parameters) - SUPPLIED
-    operator = set(inspect.signature(SageMakerDistributedTrainingOperator.__init__).parameters)
-    assert builder <= operator, sorted(builder - operator)
-    assert builder <= set(SageMakerDistributedTrainingOperator.template_fields)
+    operator = inspect.signature(SageMakerDistributedTrainingOperator.__init__).parameters
+    assert set(TRAINING_ARGS) <= set(operator), sorted(set(TRAINING_ARGS) - set(operator))
+    assert set(TRAINING_ARGS) <= set(SageMakerDistributedTrainingOperator.template_fields)
+    assert operator["output_path"].default is inspect.Parameter.empty  # required, as in the builder
+    assert operator["instance_count"].default == 1 and operator["role"].default is None
+    with pytest.raises(TypeError, match="unexpected keyword argument 'instance_cnt'"):
+        build_training(job_name="j", role="r", output_path="s3://b/o", image_uri="i", instance_cnt=2)
+
+
+def test_default_args_reach_the_training_arguments():
+    """Airflow applies default_args to the arguments the signature names: the spec's are among them."""
+    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk import DAG
+    else:
+        from airflow import DAG
+    with DAG("d", schedule=None, default_args={"instance_count": 3, "output_path": "s3://b/o"}):
+        op = SageMakerDistributedTrainingOperator(task_id="t", image_uri="i")
+    assert op.instance_count == 3 and op.output_path == "s3://b/o"
 
 
 def test_log_level_model_dir_and_a_v3_distributed_config_reach_the_request(tmp_path):

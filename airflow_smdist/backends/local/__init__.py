@@ -89,10 +89,12 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, root: str | os.PathLike | None = None, *, region_name: str | None = None,
-                 s3_endpoint_url: str | None = None) -> None:
+                 s3_endpoint_url: str | None = None, local_runtimes: dict | None = None) -> None:
         self.store = JobStore(root)
         self.region = region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.s3_endpoint_url = s3_endpoint_url
+        #: runtimes declared for user images (the smdist connection's ``local_runtimes`` extra; see .runtimes)
+        self.local_runtimes = dict(local_runtimes or {})
 
     def kind_module(self, kind: str) -> LocalJobKind:
         info = kind_info(kind)
@@ -113,6 +115,9 @@ class LocalBackend:
         module = self.kind_module(kind)
         validate_request(module.OPERATION, request, allow_local_uris=True)
         module.check_request(request)
+        from airflow_smdist.backends.local.runtimes import check_image
+
+        check_image(kind, request, self.local_runtimes)
         name = kind_info(kind).job_name(request)
         isolation = launcher.isolation_mode()
         try:
@@ -128,7 +133,7 @@ class LocalBackend:
         state = {"status": "InProgress", "secondary_status": "Starting", "created": now, "block": list(block),
                  "transitions": [{"status": "Starting", "start": now, "message": "Preparing the instances"}],
                  "region": self.region, "s3_endpoint_url": self.s3_endpoint_url, "isolation": isolation,
-                 "root": str(self.store.root)}
+                 "root": str(self.store.root), "runtimes": self.local_runtimes}
         if parent:
             state["parent"] = parent
         write_json_atomic(job_dir / "state.json", state)

@@ -430,7 +430,8 @@ class TuningSupervisor(JobSupervisor):
         from airflow_smdist.backends.local import LocalBackend
 
         self.backend = LocalBackend(self.state.get("root") or self.store.root, region_name=self.state.get("region"),
-                                    s3_endpoint_url=self.state.get("s3_endpoint_url"))
+                                    s3_endpoint_url=self.state.get("s3_endpoint_url"),
+                                    local_runtimes=self.state.get("runtimes"))
         cfg = self.request["HyperParameterTuningJobConfig"]
         self.cfg = cfg
         self.objective = objective_of(self.request)
