@@ -20,6 +20,8 @@ from airflow_smdist.backends.base import (
     BackendError,
     JobNotFound,
     LogEvent,
+    ModelNotFound,
+    ResourceExists,
     tuning_log_events,
 )
 from airflow_smdist.kinds import kind_info, snake_case
@@ -302,10 +304,21 @@ class SageMakerBackend:
         if local:
             raise SpecErrors(local)
         validate_request("CreateModel", request, allow_local_uris=False)
-        return self._call("CreateModel", **request)["ModelArn"]
+        try:
+            return self._call("CreateModel", **request)["ModelArn"]
+        except BackendError as exc:  # "Cannot create already existing model ..."
+            if exc.code == "ValidationException" and "already exist" in str(exc):
+                raise ResourceExists(str(exc), code=exc.code, operation="CreateModel") from exc
+            raise
 
     def describe_model(self, name: str) -> dict[str, Any]:
-        d = self._call("DescribeModel", ModelName=name)
+        """DescribeModel, without ``ResponseMetadata``. Raises ModelNotFound for a missing model."""
+        try:
+            d = self._call("DescribeModel", ModelName=name)
+        except BackendError as exc:
+            if is_not_found(exc.code, str(exc)):
+                raise ModelNotFound(str(exc), operation="DescribeModel") from exc
+            raise
         d.pop("ResponseMetadata", None)
         return d
 

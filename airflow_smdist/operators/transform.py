@@ -36,7 +36,7 @@ from typing import Any, Sequence
 from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
 from airflow_smdist._compat import AirflowException, BaseOperator
-from airflow_smdist.backends.base import BackendError
+from airflow_smdist.backends.base import ModelNotFound, ResourceExists
 from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, require_role, stable_job_name
 from airflow_smdist.operators.links import SmdistConsoleLink, persist_console_links
 
@@ -58,45 +58,18 @@ class SageMakerBatchInferenceJobLink(SmdistConsoleLink):
 
 
 # -- models on either backend --------------------------------------------------------------------------------
-def _model_missing(exc: BackendError) -> bool:
-    return exc.code in ("ValidationException", "ResourceNotFound") and "could not find" in str(exc).lower()
-
-
 def create_model(backend, request: dict) -> str:
-    """CreateModel on ``backend`` (local: its models store; sagemaker: the API). Returns the model ARN."""
-    if hasattr(backend, "create_model"):
-        return backend.create_model(request)
-    if backend.name == "local":
-        from airflow_smdist.backends.local.transform import create_model as local_create
-
-        return local_create(backend, request)
-    from airflow_smdist.backends.sagemaker import _local_uri_errors
-    from airflow_smdist.specs.errors import SpecErrors
-    from airflow_smdist.specs.validate import validate_request
-
-    local = _local_uri_errors("CreateModel", request)
-    if local:
-        raise SpecErrors(local)
-    validate_request("CreateModel", request, allow_local_uris=False)
-    return backend._call("CreateModel", **request)["ModelArn"]
+    """CreateModel on ``backend`` (local: its models store; sagemaker: the API). Returns the model ARN.
+    Raises ResourceExists when a model of that name exists."""
+    return backend.create_model(request)
 
 
 def describe_model(backend, name: str) -> dict | None:
     """DescribeModel on ``backend``; None when there is no such model."""
     try:
-        if hasattr(backend, "describe_model"):
-            return backend.describe_model(name)
-        if backend.name == "local":
-            from airflow_smdist.backends.local.transform import describe_model as local_describe
-
-            return local_describe(backend, name)
-        d = backend._call("DescribeModel", ModelName=name)
-        d.pop("ResponseMetadata", None)
-        return d
-    except BackendError as exc:
-        if _model_missing(exc):
-            return None
-        raise
+        return backend.describe_model(name)
+    except ModelNotFound:
+        return None
 
 
 def storage_for(backend):
@@ -347,9 +320,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             try:
                 arn = create_model(backend, plan.request)
                 self.log.info("Created model %s (%s) from %s", name, arn, self.model_data)
-            except BackendError as exc:
-                if "already exist" not in str(exc):
-                    raise
+            except ResourceExists:
+                pass
             existing = describe_model(backend, name) or plan.request  # a mapped sibling may have made it
         have = existing.get("PrimaryContainer") or {}
         want = plan.request["PrimaryContainer"]

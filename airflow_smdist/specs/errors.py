@@ -1,4 +1,4 @@
-"""The one error type of the request builders: it names the field, the problem and the fix."""
+"""The error types of the request builders: each names the field, the problem and the fix."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ class SpecError(ValueError):
         if fix:
             message += f" Fix: {fix}"
         super().__init__(message)
+
+
+class MissingUploadLocation(SpecError):
+    """Local files are to be uploaded and no argument says where: a caller that knows a default location
+    (the SageMaker SDK's session bucket) catches this type and builds again with it."""
 
 
 class SpecErrors(SpecError):

@@ -2,7 +2,7 @@
 
 Pure: no file is read or written and no call is made here. The source directory is *named* in the request
 (``sagemaker_submit_directory`` = ``<code_location>/<job>/source/sourcedir.tar.gz``, as the SageMaker SDK
-does); packing and uploading it is the caller's I/O (:func:`airflow_smdist.specs.source.pack_source_dir`).
+does); packing and uploading it is the caller's I/O (:func:`airflow_smdist.sourcedir.pack_source_dir`, :func:`airflow_smdist.sourcedir.upload_source`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 DEFAULT_REGION = "us-east-1"
 INPUT_MODES = ("File", "FastFile", "Pipe")
 DISTRIBUTION_TYPES = ("FullyReplicated", "ShardedByS3Key")
-#: The SageMaker SDK's script-mode hyperparameters (see shared/reference/sagemaker-contracts.md §2.1).
+#: The SageMaker SDK's script-mode hyperparameters (see docs/contracts.md §2.1).
 SCRIPT_MODE_KEYS = ("sagemaker_program", "sagemaker_submit_directory", "sagemaker_container_log_level",
                     "sagemaker_job_name", "sagemaker_region")
 CHANNEL_KEYS = {

@@ -11,7 +11,7 @@ is carried over, and the tags move to the tuning job (SageMaker propagates them 
 The search: objective metric and type, parameter ranges (integer, continuous, categorical; scaling types
 Auto, Linear, Logarithmic, ReverseLogarithmic), strategy (Bayesian, Random, Hyperband with min/max
 resource, Grid), resource limits, early stopping, warm start, completion criteria and RandomSeed. The rules
-SageMaker applies server side (shared/reference/sagemaker-contracts.md §5) are checked here, with errors
+SageMaker applies server side (docs/contracts.md §5) are checked here, with errors
 that name the field and the fix: :func:`check_tuning_request` runs them over any request, so the local
 backend applies the same rules to a request built elsewhere.
 """
