@@ -204,9 +204,11 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         ``shard`` when mapped over :class:`SageMakerBatchShardPlanOperator`'s output).
     :param model_data: model.tar.gz to create the model from (with ``image_uri`` or ``framework`` +
         ``framework_version``); or give ``model_name`` of an existing model.
-    :param split_type: None | Line (default); ``batch_strategy`` SingleRecord | MultiRecord (default with
-        Line), ``max_payload_mb``, ``max_concurrent_transforms``, ``assemble_with`` (default Line with Line),
-        ``content_type`` (default text/csv) / ``accept``, ``input_filter`` / ``join_source`` /
+    :param split_type: None (default, whole objects, as the SDK's ``Transformer.transform``) | Line | RecordIO |
+        TFRecord; ``batch_strategy`` SingleRecord | MultiRecord (default with Line), ``max_payload_mb``,
+        ``max_concurrent_transforms``, ``assemble_with`` (default Line with Line: one output line per input
+        line, so record counts can be checked; the one deliberate difference from the SDK's defaults),
+        ``content_type`` / ``accept`` (default None, as the SDK's), ``input_filter`` / ``join_source`` /
         ``output_filter`` (DataProcessing), ``invocations_timeout`` / ``invocations_max_retries``.
     :param check_records: compare record counts (None: wherever the settings make records countable).
 
@@ -231,7 +233,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                  model_environment: dict[str, str] | None = None, role: str | None = None,
                  instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1, shards: int | str = 2,
                  shard: dict | None = None, shard_retries: int = 2, s3_data_type: str = "S3Prefix",
-                 content_type: str | None = "text/csv", accept: str | None = None, split_type: str | None = "Line",
+                 content_type: str | None = None, accept: str | None = None, split_type: str | None = None,
                  compression: str | None = None, batch_strategy: str | None = None,
                  max_payload_mb: int | str | None = None, max_concurrent_transforms: int | str | None = None,
                  assemble_with: str | None = None, input_filter: str | None = None, join_source: str | None = None,
@@ -662,8 +664,8 @@ class _StepOperator(BaseOperator):
 
     def __init__(self, *, input_uri: str, output_uri: str, backend: str | None = None,
                  smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
-                 region_name: str | None = None, content_type: str | None = "text/csv", accept: str | None = None,
-                 split_type: str | None = "Line", compression: str | None = None, batch_strategy: str | None = None,
+                 region_name: str | None = None, content_type: str | None = None, accept: str | None = None,
+                 split_type: str | None = None, compression: str | None = None, batch_strategy: str | None = None,
                  assemble_with: str | None = None, join_source: str | None = None, output_filter: str | None = None,
                  check_records: bool | None = None, **kwargs: Any) -> None:
         # accepted so that one dict of record settings fits every step
