@@ -657,6 +657,18 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                               jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
 
 
+def _materialize(values: Any) -> list:
+    """A mapped task's XCom results as a list, read by index up to their count: iterating Airflow's lazy
+    XCom sequence reads one past the end to find it, which Airflow 3 logs as an error ("XCom not found")."""
+    if values is None:
+        return []
+    try:
+        count = len(values)
+    except TypeError:
+        return list(values)
+    return [values[i] for i in range(count)]
+
+
 class _StepOperator(BaseOperator):
     """The planner and the merge step: they only read and write storage (on the backend's endpoint)."""
 
@@ -739,7 +751,7 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
         objects = list_inputs(storage, self.input_uri, self.output_uri)
         report = completeness(storage, objects, self.output_uri, self.settings(), self.check_records)
         jobs, processed = [], []
-        for result in [r for r in (self.shard_results or []) if r]:
+        for result in [r for r in _materialize(self.shard_results) if r]:
             jobs += result.get("jobs") or []
             processed += result.get("processed_inputs") or []
         summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
