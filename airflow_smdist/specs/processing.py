@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_smdist.specs.errors import SpecError, as_mapping, as_tags
+from airflow_smdist.specs.errors import SpecError, as_tags
 from airflow_smdist.specs.training import _as_int  # the builders' one integer coercion
 from airflow_smdist.specs.validate import validate_request
 
