@@ -235,10 +235,15 @@ def report_error(record: dict, kind: str, errors_dir: str | None) -> None:
 
 def install_requirements(payload_dir: str) -> None:
     """Processing only (training containers install ``requirements.txt`` themselves, as SageMaker's
-    toolkit does): what the SDK's FrameworkProcessor runs, ``pip install -r requirements.txt``."""
+    toolkit does): ``pip install -r requirements.txt``, as the SDK's FrameworkProcessor runs it, but into a
+    directory of this job put first on ``sys.path``, so the image's own environment is left as it is."""
     req = os.path.join(payload_dir, "requirements.txt")
-    if os.path.exists(req):
-        subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-r", req], check=True)
+    if not os.path.exists(req):
+        return
+    target = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"smdist-packages-{os.getpid()}")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--target", target, "-r", req], check=True)
+    sys.path.insert(0, target)
 
 
 # -- main ---------------------------------------------------------------------------------------------------
