@@ -197,8 +197,8 @@ def error_record(exc: BaseException, ident: dict, what: str) -> dict:
         frames = frames.tb_next  # the runner's own frame is noise: start at the function's
     tb = "".join(traceback.format_exception(type(exc), exc, frames))
     kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ in ("builtins", "__main__", "smdist_function") \
-        else f"{kind.__module__}.{kind.__qualname__}"
+    own = kind.__module__ in ("builtins", "__main__", "smdist_function", __name__)  # the runner's own errors too
+    name = kind.__qualname__ if own else f"{kind.__module__}.{kind.__qualname__}"
     return {"rank": ident.get("rank"), "local_rank": ident.get("local_rank"), "host": ident.get("host"),
             "host_rank": ident.get("host_rank"), "world_size": ident.get("world_size"), "time": time.time(),
             "function": what, "type": name, "message": str(exc)[:2000], "traceback": tb}
