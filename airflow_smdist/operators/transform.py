@@ -177,9 +177,11 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         ``shard`` when mapped over :class:`SageMakerBatchShardPlanOperator`'s output).
     :param model_data: model.tar.gz to create the model from (with ``image_uri`` or ``framework`` +
         ``framework_version``); or give ``model_name`` of an existing model.
-    :param split_type: None | Line (default); ``batch_strategy`` SingleRecord | MultiRecord (default with
-        Line), ``max_payload_mb``, ``max_concurrent_transforms``, ``assemble_with`` (default Line with Line),
-        ``content_type`` (default text/csv) / ``accept``, ``input_filter`` / ``join_source`` /
+    :param split_type: None (default, whole objects, as the SDK's ``Transformer.transform``) | Line | RecordIO |
+        TFRecord; ``batch_strategy`` SingleRecord | MultiRecord (default with Line), ``max_payload_mb``,
+        ``max_concurrent_transforms``, ``assemble_with`` (default Line with Line: one output line per input
+        line, so record counts can be checked; the one deliberate difference from the SDK's defaults),
+        ``content_type`` / ``accept`` (default None, as the SDK's), ``input_filter`` / ``join_source`` /
         ``output_filter`` (DataProcessing), ``invocations_timeout`` / ``invocations_max_retries``.
     :param check_records: compare record counts (None: wherever the settings make records countable).
 
@@ -204,7 +206,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                  model_environment: dict[str, str] | None = None, role: str | None = None,
                  instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1, shards: int | str = 2,
                  shard: dict | None = None, shard_retries: int = 2, s3_data_type: str = "S3Prefix",
-                 content_type: str | None = "text/csv", accept: str | None = None, split_type: str | None = "Line",
+                 content_type: str | None = None, accept: str | None = None, split_type: str | None = None,
                  compression: str | None = None, batch_strategy: str | None = None,
                  max_payload_mb: int | str | None = None, max_concurrent_transforms: int | str | None = None,
                  assemble_with: str | None = None, input_filter: str | None = None, join_source: str | None = None,
@@ -627,6 +629,18 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                               jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
 
 
+def _materialize(values: Any) -> list:
+    """A mapped task's XCom results as a list, read by index up to their count: iterating Airflow's lazy
+    XCom sequence reads one past the end to find it, which Airflow 3 logs as an error ("XCom not found")."""
+    if values is None:
+        return []
+    try:
+        count = len(values)
+    except TypeError:
+        return list(values)
+    return [values[i] for i in range(count)]
+
+
 class _StepOperator(BaseOperator):
     """The planner and the merge step: they only read and write storage (on the backend's endpoint)."""
 
@@ -634,8 +648,8 @@ class _StepOperator(BaseOperator):
 
     def __init__(self, *, input_uri: str, output_uri: str, backend: str | None = None,
                  smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
-                 region_name: str | None = None, content_type: str | None = "text/csv", accept: str | None = None,
-                 split_type: str | None = "Line", compression: str | None = None, batch_strategy: str | None = None,
+                 region_name: str | None = None, content_type: str | None = None, accept: str | None = None,
+                 split_type: str | None = None, compression: str | None = None, batch_strategy: str | None = None,
                  assemble_with: str | None = None, join_source: str | None = None, output_filter: str | None = None,
                  check_records: bool | None = None, **kwargs: Any) -> None:
         # accepted so that one dict of record settings fits every step
@@ -709,7 +723,7 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
         objects = list_inputs(storage, self.input_uri, self.output_uri)
         report = completeness(storage, objects, self.output_uri, self.settings(), self.check_records)
         jobs, processed = [], []
-        for result in [r for r in (self.shard_results or []) if r]:
+        for result in [r for r in _materialize(self.shard_results) if r]:
             jobs += result.get("jobs") or []
             processed += result.get("processed_inputs") or []
         summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,

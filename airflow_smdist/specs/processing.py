@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_smdist.specs.errors import MissingUploadLocation, SpecError
+from airflow_smdist.specs.errors import MissingUploadLocation, SpecError, as_tags
 from airflow_smdist.specs.training import _as_int  # the builders' one integer coercion
 from airflow_smdist.specs.validate import validate_request
 
@@ -210,14 +210,7 @@ def _prefix(name: str, location: str | None, job_name: str, what: str, allow_loc
 
 
 def _tags(tags: Any) -> list[dict[str, str]] | None:
-    if not tags:
-        return None
-    if isinstance(tags, dict):  # the SDK's format_tags
-        return [{"Key": str(k), "Value": str(v)} for k, v in tags.items()]
-    if isinstance(tags, list) and all(isinstance(t, dict) and set(t) == {"Key", "Value"} for t in tags):
-        return [dict(t) for t in tags]
-    raise SpecError("tags", f"{tags!r} is neither a dict nor a list of {{'Key', 'Value'}} entries.",
-                    "give tags={'team': 'ml'}.")
+    return as_tags(tags)
 
 
 def network_config_request(network_config: Any) -> dict[str, Any] | None:

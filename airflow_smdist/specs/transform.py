@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_smdist.specs.errors import MissingUploadLocation, SpecError
+from airflow_smdist.specs.errors import MissingUploadLocation, SpecError, as_mapping, as_tags
 from airflow_smdist.specs.training import _as_int  # the builders' one integer coercion
 from airflow_smdist.specs.validate import validate_request
 
@@ -69,22 +69,11 @@ def _choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:
 
 
 def _tags(tags: Any) -> list[dict[str, str]] | None:
-    if not tags:
-        return None
-    if isinstance(tags, dict):
-        return [{"Key": str(k), "Value": str(v)} for k, v in tags.items()]
-    if isinstance(tags, list) and all(isinstance(t, dict) and set(t) == {"Key", "Value"} for t in tags):
-        return [dict(t) for t in tags]
-    raise SpecError("tags", f"{tags!r} is neither a dict nor a list of {{'Key', 'Value'}} entries.",
-                    "give tags={'team': 'ml'}.")
+    return as_tags(tags)
 
 
 def _env(environment: Any, name: str) -> dict[str, str]:
-    if environment is None:
-        return {}
-    if not isinstance(environment, dict):
-        raise SpecError(name, f"{environment!r} is not a dict.", f"give {name}={{'NAME': 'value'}}.")
-    return {str(k): str(v) for k, v in environment.items()}
+    return {str(k): str(v) for k, v in as_mapping(environment, name, "{'NAME': 'value'}").items()}
 
 
 def inference_image_uri(framework: str, framework_version: str, instance_type: str, region: str | None = None,

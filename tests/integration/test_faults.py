@@ -223,3 +223,27 @@ def test_a_secret_name_that_is_not_a_hyperparameter_is_refused(tmp_path):
     op.hyperparameters = {"api_token": "x"}  # as rendering a template leaves it
     with pytest.raises(SpecError, match="api_tokn"):
         op.execute(_ctx(uuid.uuid4().hex))
+
+
+def test_job_files_with_secrets_are_private_to_the_user_running_airflow(tmp_path, monkeypatch):
+    import shutil
+    import stat
+    import subprocess
+
+    root = tmp_path / "smdist-root"  # made by the backend itself
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(root))
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    result = _operator(tmp_path, entry_point="echo_args.py", source_dir=FAULTS,
+                       hyperparameters={"licence_code": secret}, secret_hyperparameters=["licence_code"]).execute(
+        _ctx(uuid.uuid4().hex))
+    job = root / "training" / result["job_name"]
+    files = [job / "request.json", job / "state.json", job / "hosts" / "algo-1" / "input" / "config" / "hyperparameters.json"]
+    for d in (root, root / "training", job):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    for f in files:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    assert secret in (job / "request.json").read_text()  # it is there, for the owner only
+    if os.geteuid() == 0 and shutil.which("setpriv"):  # another user of this machine cannot read it
+        other = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", str(files[0])],
+                               capture_output=True, text=True)
+        assert other.returncode != 0 and "Permission denied" in other.stderr and secret not in other.stdout

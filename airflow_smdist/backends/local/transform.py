@@ -29,7 +29,7 @@ from pathlib import Path
 from airflow_smdist.backends.base import ModelNotFound, ResourceExists
 from airflow_smdist.backends.local import ACCOUNT, contract, dt, launcher
 from airflow_smdist.backends.local import inference
-from airflow_smdist.backends.local.store import read_json, write_json_atomic
+from airflow_smdist.backends.local.store import private_dir, read_json, write_json_atomic
 from airflow_smdist.backends.local.supervisor import JobSupervisor, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.sharding import output_uri
@@ -86,10 +86,10 @@ def create_model(backend, request: dict) -> str:
     check_model(request)
     name = request["ModelName"]
     path = _model_path(backend.store.root, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent, chmod=True)
     arn = model_arn(backend, name)
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)  # its Environment may hold secrets
     except FileExistsError:
         raise ResourceExists(f'Cannot create already existing model "{arn}".', code="ValidationException",
                              operation="CreateModel") from None
