@@ -40,7 +40,7 @@ def main() -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     from airflow_smdist.backends.sagemaker import SageMakerBackend
     from airflow_smdist.specs.training import training_request
-    from airflow_smdist.triggers.base import CoalescedPoller, SageMakerStatusSource, with_backoff
+    from airflow_smdist.triggers.base import CoalescedPoller, SageMakerStatusSource
 
     backend = SageMakerBackend("aws_default", "us-east-1")
     names = [f"bench-{i:04d}" for i in range(n)]
