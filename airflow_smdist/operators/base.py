@@ -128,24 +128,35 @@ class SmdistJobOperator(BaseOperator):
         if not self.wait_for_completion:
             return self.result(backend.describe(self.kind, name))
         if self.deferrable:
+            as_of = time.time()
             description = backend.describe(self.kind, name)
             if description[OPERATIONS[self.kind]["status_key"]] in TERMINAL_STATES:  # done before we deferred
                 return self.check_and_result(description)
-            self.defer(trigger=self.make_trigger(backend, name), method_name="execute_complete",
-                       timeout=self.deferral_timeout(description))
+            ti = context["ti"]
+            self.defer(trigger=self.make_trigger(backend, name, description, as_of,
+                                                 cursor_key=f"{name}/{getattr(ti, 'try_number', 0)}"),
+                       method_name="execute_complete", timeout=self.deferral_timeout(description))
         description = self.wait(backend, name)
         self._running_job = None
         return self.check_and_result(description)
 
     # -- deferral ----------------------------------------------------------------------------------
-    def make_trigger(self, backend: Backend, name: str):
+    def make_trigger(self, backend: Backend, name: str, description: dict[str, Any] | None = None,
+                     as_of: float | None = None, cursor_key: str | None = None):
+        """The trigger to defer to. With the job's ``description`` (and when it was taken, ``as_of``) the
+        trigger starts from that status and costs no Describe of its own."""
         import importlib
 
         module, _, cls = self.trigger_class.rpartition(".")
         trigger = getattr(importlib.import_module(module), cls)
+        created = (description or {}).get("CreationTime")
         return trigger(job_name=name, backend=backend.name, smdist_conn_id=self.smdist_conn_id,
                        aws_conn_id=self.aws_conn_id, region_name=self.region_name, poll_interval=self.poll_interval,
-                       print_logs=self.print_logs, kind=self.kind)
+                       print_logs=self.print_logs, kind=self.kind,
+                       job_status=description[OPERATIONS[self.kind]["status_key"]] if description else None,
+                       as_of=as_of if description else None,
+                       created=created.timestamp() if hasattr(created, "timestamp") else None,
+                       cursor_key=cursor_key)
 
     def deferral_timeout(self, description: dict[str, Any]) -> timedelta | None:
         """The job's own limits plus a margin (not a fixed count of polls); None when the task's
@@ -167,10 +178,19 @@ class SmdistJobOperator(BaseOperator):
             description = backend.describe(self.kind, name)
         except JobNotFound:
             raise AirflowException(f"{self.kind} job {name}: {event.get('failure_reason')}") from None
+        self.log_metrics(description, name)
         if self.print_logs and description[OPERATIONS[self.kind]["status_key"]] != "Completed":
             events, _ = backend.log_events(self.kind, name)
             self._last_lines = [e.format() for e in events][-20:]
         return self.check_and_result(description)
+
+    def log_metrics(self, description: dict[str, Any], name: str) -> None:
+        """The metrics summary line (FinalMetricDataList), once per change; both wait paths log it."""
+        metrics = {m["MetricName"]: m["Value"] for m in description.get("FinalMetricDataList") or []}
+        if metrics and metrics != getattr(self, "_last_metrics", None):
+            self.log.info("%s job %s metrics: %s", self.kind, name,
+                          ", ".join(f"{k}={v:g}" for k, v in sorted(metrics.items())))
+            self._last_metrics = metrics
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any):
         """A deferred wait that timed out must not leave the job running (and billing): stop it first."""
@@ -193,11 +213,7 @@ class SmdistJobOperator(BaseOperator):
             description = backend.describe(self.kind, name)
             if self.print_logs:
                 cursor = self.print_new_logs(backend, name, cursor)
-            metrics = {m["MetricName"]: m["Value"] for m in description.get("FinalMetricDataList") or []}
-            if metrics and metrics != getattr(self, "_last_metrics", None):
-                self.log.info("%s job %s metrics: %s", self.kind, name,
-                              ", ".join(f"{k}={v:g}" for k, v in sorted(metrics.items())))
-                self._last_metrics = metrics
+            self.log_metrics(description, name)
             secondary = description.get("SecondaryStatus")
             if secondary and secondary != last_secondary:
                 self.log.info("%s job %s: %s / %s", self.kind, name, description[status_key], secondary)

@@ -467,9 +467,12 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         if not self.wait_for_completion:
             return self._job_summary(backend.describe(self.kind, name), objects)
         if self.deferrable:
+            as_of = time.time()
             description = backend.describe(self.kind, name)
             if description[OPERATIONS[self.kind]["status_key"]] not in TERMINAL_STATES:
-                self.defer(trigger=self.make_trigger(backend, name), method_name="execute_complete",
+                self.defer(trigger=self.make_trigger(backend, name, description, as_of,
+                                                     cursor_key=f"{name}/{getattr(context['ti'], 'try_number', 0)}"),
+                           method_name="execute_complete",
                            timeout=self.deferral_timeout(description))
         description = self.wait(backend, name)
         self._running_job = None

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 from airflow_smdist._compat import AirflowException
@@ -115,9 +116,12 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
                 self.log.info("Chain link %d/%d: %s (%s).", link, self.max_links, name, action)
             self._running_job = name
             if self.deferrable:
+                as_of = time.time()
                 description = backend.describe(self.kind, name)
                 if description[OPERATIONS[self.kind]["status_key"]] not in ("Completed", "Failed", "Stopped"):
-                    self.defer(trigger=self.make_trigger(backend, name), method_name="link_complete",
+                    self.defer(trigger=self.make_trigger(backend, name, description, as_of,
+                                                         cursor_key=f"{name}/{getattr(context['ti'], 'try_number', 0)}"),
+                               method_name="link_complete",
                                kwargs={"link": link, "links": links}, timeout=self.deferral_timeout(description))
             else:
                 description = self.wait(backend, name)

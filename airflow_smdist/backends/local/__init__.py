@@ -196,9 +196,12 @@ class LocalBackend:
             st = self._live_state(kind, name)
             if status and st["status"] != status:
                 continue
-            out.append({OPERATIONS[kind]["name_key"]: name, OPERATIONS[kind]["arn_key"]: self.arn(kind, name),
-                        OPERATIONS[kind]["status_key"]: st["status"], "CreationTime": dt(st.get("created")),
-                        "LastModifiedTime": last_modified(st)})
+            summary = {OPERATIONS[kind]["name_key"]: name, OPERATIONS[kind]["arn_key"]: self.arn(kind, name),
+                       OPERATIONS[kind]["status_key"]: st["status"], "CreationTime": dt(st.get("created")),
+                       "LastModifiedTime": last_modified(st)}
+            if kind == "training" and st.get("secondary_status"):  # as ListTrainingJobs' summaries carry it
+                summary["SecondaryStatus"] = st["secondary_status"]
+            out.append(summary)
         return out
 
     def list_training_jobs_for_tuning_job(self, name: str, *, status_equals: str | None = None,
