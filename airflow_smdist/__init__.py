@@ -7,6 +7,52 @@ imports Airflow, boto3, the sagemaker SDK, torch or pyspark.
 
 __version__ = "0.1.0"
 
+#: The ``smdist`` connection's own fields, all stored in its extra. Airflow >= 3.2 builds the connection
+#: form from these (provider info ``conn-fields``); on Airflow 2.x the hook renders the same fields
+#: (``SmdistHook.get_connection_form_widgets``). Empty fields fall back as the hook documents.
+CONNECTION_FIELDS: dict = {
+    "backend": {
+        "label": "Backend",
+        "description": "Where jobs run: 'local' (this machine, for real) or 'sagemaker' (Amazon SageMaker). "
+                       "Empty: the SMDIST_BACKEND environment variable, else local. An operator's backend= wins.",
+        "schema": {"type": ["string", "null"], "enum": ["local", "sagemaker"]},
+    },
+    "aws_conn_id": {
+        "label": "AWS connection id",
+        "description": "Airflow connection with the AWS credentials used for SageMaker and s3:// data. "
+                       "Empty: aws_default.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "region_name": {
+        "label": "AWS region",
+        "description": "Region of the SageMaker jobs (and of the console links). Empty: the AWS connection's "
+                       "region, else AWS_DEFAULT_REGION.",
+        "schema": {"type": ["string", "null"], "pattern": "^$|^[a-z]{2}(-[a-z]+)+-[0-9]+$"},
+    },
+    "local_root": {
+        "label": "Local job root",
+        "description": "Directory where the local backend keeps its jobs (state, logs, per-host /opt/ml). "
+                       "Workers and the triggerer must see the same directory. Empty: SMDIST_LOCAL_ROOT, "
+                       "else $AIRFLOW_HOME/smdist.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "s3_endpoint_url": {
+        "label": "S3 endpoint URL (local backend)",
+        "description": "S3-compatible endpoint the local backend reads s3:// data from and writes it to "
+                       "(e.g. a moto server, MinIO). Empty: the AWS connection's endpoint, else AWS.",
+        "schema": {"type": ["string", "null"], "format": "url"},
+    },
+}
+
+#: The connection form's standard fields: the smdist connection only uses its extra fields above.
+CONNECTION_UI_FIELD_BEHAVIOUR: dict = {
+    "hidden-fields": ["host", "schema", "login", "password", "port"],
+    "relabeling": {},
+    "placeholders": {"extra": '{"backend": "sagemaker", "aws_conn_id": "aws_default", "region_name": "us-east-1"}',
+                     "region_name": "us-east-1", "aws_conn_id": "aws_default",
+                     "s3_endpoint_url": "http://127.0.0.1:5000"},
+}
+
 
 def get_provider_info() -> dict:
     """Provider metadata for Airflow's ProvidersManager (``apache_airflow_provider`` entry point)."""
@@ -46,13 +92,20 @@ def get_provider_info() -> dict:
             }
         ],
         "connection-types": [
-            {"connection-type": "smdist", "hook-class-name": "airflow_smdist.hooks.smdist.SmdistHook"}
+            {"connection-type": "smdist", "hook-class-name": "airflow_smdist.hooks.smdist.SmdistHook",
+             "hook-name": "SageMaker distributed computing (smdist)",
+             "conn-fields": CONNECTION_FIELDS, "ui-field-behaviour": CONNECTION_UI_FIELD_BEHAVIOUR}
         ],
         "triggers": [
             {
                 "integration-name": "SageMaker distributed computing (smdist)",
                 "python-modules": ["airflow_smdist.triggers.base", "airflow_smdist.triggers.training"],
             }
+        ],
+        "task-decorators": [
+            {"name": "smdist", "class-name": "airflow_smdist.decorators.smdist.smdist_task"},
+            {"name": "smdist_processing",
+             "class-name": "airflow_smdist.decorators.processing.smdist_processing_task"},
         ],
         "extra-links": [
             "airflow_smdist.operators.links.SageMakerTrainingJobLink",

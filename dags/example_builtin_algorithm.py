@@ -30,6 +30,7 @@ except ImportError:  # Airflow 2.10 / 2.11
     from airflow.models.param import Param
 
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+from airflow_smdist.params import instance_type_param, role_param, storage_param
 
 LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
 
@@ -41,14 +42,12 @@ with DAG(
     catchup=False,
     tags=["smdist", "option-1", "builtin-algorithm", "xgboost"],
     params={
-        "data_uri": Param(f"{LOCAL_DATA}/builtin-xgboost", type="string",
-                          description="Prefix the generated train/ and validation/ CSV objects are written to "
-                                      "(s3:// on SageMaker)."),
-        "output_uri": Param(f"{LOCAL_DATA}/builtin-xgboost-output", type="string", description="S3OutputPath of the training job."),
-        "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string",
-                      description="SageMaker execution role (only used by the sagemaker backend)."),
-        "instance_type": Param("ml.m5.xlarge", type="string",
-                               description="Training instance type (XGBoost is memory-bound: m5 is a good start)."),
+        "data_uri": storage_param(f"{LOCAL_DATA}/builtin-xgboost",
+                                  "Prefix the generated train/ and validation/ CSV objects are written to."),
+        "output_uri": storage_param(f"{LOCAL_DATA}/builtin-xgboost-output", "S3OutputPath of the training job."),
+        "role": role_param(),
+        "instance_type": instance_type_param("ml.m5.xlarge",
+                                             note="XGBoost is memory-bound: m5 is a good start."),
         "instance_count": Param(2, type="integer", minimum=1, maximum=16,
                                 description="Hosts; each trains on its ShardedByS3Key share (scale up before out)."),
         "num_round": Param(100, type="integer", minimum=1, maximum=4000, description="Boosting rounds (num_round)."),

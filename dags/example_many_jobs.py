@@ -30,6 +30,7 @@ from airflow_smdist.operators.workflows import (
     fan_out_training,
     growing_batch_training,
 )
+from airflow_smdist.params import deferrable_param, role_param, storage_param
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
@@ -43,13 +44,14 @@ with DAG(
     catchup=False,
     tags=["smdist", "option-4"],
     params={
-        "data_uri": Param(f"{LOCAL_DATA}/many-jobs", type="string", description="Where generated data goes."),
-        "output_uri": Param(f"{LOCAL_DATA}/many-jobs-output", type="string", description="S3OutputPath."),
-        "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string"),
+        "data_uri": storage_param(f"{LOCAL_DATA}/many-jobs", "Where the generated data of every segment goes."),
+        "output_uri": storage_param(f"{LOCAL_DATA}/many-jobs-output", "S3OutputPath of every job."),
+        "role": role_param(),
         "segments": Param(3, type="integer", minimum=1, maximum=20, description="Fan-out sub-tasks."),
         "chain_units": Param(12, type="integer", minimum=1, description="Work units of the long training."),
         "link_max_run": Param(4, type="integer", minimum=1, maximum=2419200,
                               description="MaxRuntimeInSeconds of each link (28 days at most on SageMaker)."),
+        "deferrable": deferrable_param(),
     },
     render_template_as_native_obj=True,
 ) as dag:
@@ -84,6 +86,7 @@ with DAG(
 
     common = dict(entry_point="train.py", source_dir=os.path.join(HERE, "scripts", "torch_ddp"), **PYTORCH,
                   output_path="{{ params.output_uri }}", role="{{ params.role }}", max_run=3600, poll_interval=2,
+                  deferrable="{{ params.deferrable }}",
                   metric_definitions=[{"Name": "train:loss", "Regex": r"train_loss=([0-9.eE+-]+)"}])
 
     fan_out = fan_out_training("fan_out", subtasks=subtasks, distribution={"torch_distributed": {"enabled": True}},
@@ -103,7 +106,7 @@ with DAG(
         hyperparameters={"units": "{{ params.chain_units }}", "seconds_per_unit": 0.5},
         inputs={"train": "{{ params.data_uri }}/segment-0"},
         output_path="{{ params.output_uri }}", role="{{ params.role }}", poll_interval=1,
-        max_run="{{ params.link_max_run }}", max_links=10,
+        max_run="{{ params.link_max_run }}", max_links=10, deferrable="{{ params.deferrable }}",
         checkpoint_s3_uri="{{ params.output_uri }}/checkpoints/chain/{{ run_id | replace(':', '-') | replace('+', '-') }}",
         metric_definitions=[{"Name": "progress", "Regex": r"progress=([0-9.]+)"}],
     )

@@ -21,6 +21,7 @@ except ImportError:  # Airflow 2.10 / 2.11
     from airflow.models.param import Param
 
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+from airflow_smdist.params import role_param, storage_param
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
@@ -33,10 +34,11 @@ with DAG(
     catchup=False,
     tags=["smdist", "option-3"],
     params={
-        "data_uri": Param(f"{LOCAL_DATA}/own-cluster", type="string", description="Generated records go here."),
-        "output_uri": Param(f"{LOCAL_DATA}/own-cluster-output", type="string", description="S3OutputPath."),
-        "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string"),
-        "instance_count": Param(3, type="integer", minimum=1, maximum=20),
+        "data_uri": storage_param(f"{LOCAL_DATA}/own-cluster", "Generated records go here."),
+        "output_uri": storage_param(f"{LOCAL_DATA}/own-cluster-output", "S3OutputPath of the job."),
+        "role": role_param(),
+        "instance_count": Param(3, type="integer", minimum=1, maximum=20,
+                                description="Hosts of the cluster; each reads its ShardedByS3Key share."),
         "files": Param(12, type="integer", minimum=1, description="Objects to shard over the hosts."),
     },
     render_template_as_native_obj=True,

@@ -36,6 +36,12 @@ except ImportError:  # Airflow 2.10 / 2.11
 from airflow_smdist.operators.processing import SageMakerPySparkProcessingOperator
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
 from airflow_smdist.operators.transform import SageMakerShardedBatchInferenceOperator
+from airflow_smdist.params import (
+    PROCESSING_INSTANCE_TYPES,
+    instance_type_param,
+    role_param,
+    storage_param,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "scripts", "pyspark")
@@ -54,16 +60,17 @@ with DAG(
     catchup=False,
     tags=["smdist", "pyspark", "processing", "tabular"],
     params={
-        "data_uri": Param(f"{LOCAL_DATA}/pyspark", type="string",
-                          description="Prefix for the raw data, the splits, the code and the event logs (s3:// on SageMaker)."),
-        "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string",
-                      description="SageMaker execution role (only used by the sagemaker backend)."),
+        "data_uri": storage_param(f"{LOCAL_DATA}/pyspark",
+                                  "Prefix for the raw data, the splits, the code and the event logs."),
+        "role": role_param(),
         "rows": Param(200_000, type="integer", minimum=1000, description="Rows of the generated CSV."),
         "files": Param(4, type="integer", minimum=1, maximum=64, description="CSV objects the rows are written as."),
-        "instance_type": Param("ml.m5.xlarge", type="string", description="Processing instance type."),
+        "instance_type": instance_type_param("ml.m5.xlarge", what="Processing (and training)",
+                                             choices=PROCESSING_INSTANCE_TYPES),
         "instance_count": Param(2, type="integer", minimum=1, maximum=16, description="Spark hosts."),
         "spark_version": Param("3.5", type="string", description="SageMaker Spark processing image version."),
-        "validation_fraction": Param(0.2, type="number", exclusiveMinimum=0, exclusiveMaximum=1),
+        "validation_fraction": Param(0.2, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
+                                     description="Share of the rows Spark splits off as the validation set."),
         "training_image": Param(SKLEARN_IMAGE, type="string", description="Image of the training job."),
     },
     render_template_as_native_obj=True,

@@ -39,6 +39,12 @@ from airflow_smdist.operators.transform import (
     SageMakerBatchShardPlanOperator,
     SageMakerShardedBatchInferenceOperator,
 )
+from airflow_smdist.params import (
+    PROCESSING_INSTANCE_TYPES,
+    instance_type_param,
+    role_param,
+    storage_param,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
@@ -60,13 +66,12 @@ with DAG(
     catchup=False,
     tags=["smdist", "option-3", "option-4", "batch-inference"],
     params={
-        "data_uri": Param(f"{LOCAL_DATA}/batch", type="string",
-                          description="Prefix the training data and the objects to score are written under."),
-        "output_uri": Param(f"{LOCAL_DATA}/batch-output", type="string",
-                            description="Prefix the model and the three ways' predictions go under."),
-        "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string",
-                      description="SageMaker execution role (only used by the sagemaker backend)."),
-        "instance_type": Param("ml.m5.xlarge", type="string", description="Instance type of every job."),
+        "data_uri": storage_param(f"{LOCAL_DATA}/batch",
+                                  "Prefix the training data and the objects to score are written under."),
+        "output_uri": storage_param(f"{LOCAL_DATA}/batch-output",
+                                    "Prefix the model and the three ways' predictions go under."),
+        "role": role_param(),
+        "instance_type": instance_type_param("ml.m5.xlarge", what="Every job's", choices=PROCESSING_INSTANCE_TYPES),
         "instance_count": Param(2, type="integer", minimum=1, maximum=16,
                                 description="Instances of the transform and processing jobs (and of each shard job)."),
         "shards": Param(3, type="integer", minimum=1, maximum=50, description="Separate jobs of the third way."),

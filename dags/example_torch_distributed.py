@@ -24,6 +24,12 @@ except ImportError:  # Airflow 2.10 / 2.11
     from airflow.models.param import Param
 
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+from airflow_smdist.params import (
+    deferrable_param,
+    instance_type_param,
+    role_param,
+    storage_param,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
@@ -36,18 +42,22 @@ with DAG(
     catchup=False,
     tags=["smdist", "option-2", "pytorch"],
     params={
-        "data_uri": Param(f"{LOCAL_DATA}/regression", type="string",
-                          description="Prefix the generated training data is written to and read from (s3:// on SageMaker)."),
-        "output_uri": Param(f"{LOCAL_DATA}/output", type="string", description="S3OutputPath of the training job."),
-        "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string",
-                      description="SageMaker execution role (only used by the sagemaker backend)."),
-        "instance_type": Param("ml.m5.xlarge", type="string", description="Training instance type."),
+        "data_uri": storage_param(f"{LOCAL_DATA}/regression",
+                                  "Prefix the generated training data is written to and read from."),
+        "output_uri": storage_param(f"{LOCAL_DATA}/output", "S3OutputPath of the training job (model, checkpoints)."),
+        "role": role_param(),
+        "instance_type": instance_type_param("ml.m5.xlarge"),
         "instance_count": Param(2, type="integer", minimum=1, maximum=16, description="Hosts (scale up before out)."),
-        "epochs": Param(4, type="integer", minimum=1),
-        "per_device_batch_size": Param(32, type="integer", minimum=1),
+        "epochs": Param(4, type="integer", minimum=1, description="Passes over the training data."),
+        "per_device_batch_size": Param(32, type="integer", minimum=1,
+                                       description="Batch size of each worker process; the global batch is this "
+                                                   "x the world size (hosts x processes per host)."),
         "base_learning_rate": Param(0.01, type="number", exclusiveMinimum=0,
                                     description="Learning rate tuned at base_batch_size; scaled for the global batch."),
-        "base_batch_size": Param(32, type="integer", minimum=1),
+        "base_batch_size": Param(32, type="integer", minimum=1,
+                                 description="Batch size base_learning_rate was tuned at; the learning rate is "
+                                             "scaled by global batch / base_batch_size (linear scaling rule)."),
+        "deferrable": deferrable_param(),
         "rows": Param(4000, type="integer", minimum=100, description="Generated training rows."),
         "files": Param(8, type="integer", minimum=1, description="Generated CSV objects (sharded over hosts)."),
     },
@@ -95,6 +105,7 @@ with DAG(
         metric_definitions=[{"Name": "train:loss", "Regex": r"train_loss=([0-9.eE+-]+)"}],
         max_run=3600,
         poll_interval=2,
+        deferrable="{{ params.deferrable }}",  # chosen per run in the trigger form
     )
     data >> train
 

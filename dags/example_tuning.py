@@ -30,6 +30,7 @@ except ImportError:  # Airflow 2.10 / 2.11
 
 from airflow_smdist.operators.transform import SageMakerShardedBatchInferenceOperator
 from airflow_smdist.operators.tuning import SmdistTuningOperator
+from airflow_smdist.params import instance_type_param, role_param, storage_param
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
@@ -53,13 +54,11 @@ with DAG(
         "epochs": Param(8, type="integer", minimum=1, maximum=50,
                         description="Boosting rounds per trial (Hyperband's MaxResource)."),
         "rows": Param(2000, type="integer", minimum=200, description="Generated training rows."),
-        "data_uri": Param(f"{LOCAL_DATA}/tabular", type="string",
-                          description="Prefix the generated data is written to and read from (s3:// on SageMaker)."),
-        "output_uri": Param(f"{LOCAL_DATA}/tuning", type="string", description="S3OutputPath of the trials."),
-        "role": Param("arn:aws:iam::000000000000:role/SageMakerExecutionRole", type="string",
-                      description="SageMaker execution role (only used by the sagemaker backend)."),
+        "data_uri": storage_param(f"{LOCAL_DATA}/tabular", "Prefix the generated data is written to and read from."),
+        "output_uri": storage_param(f"{LOCAL_DATA}/tuning", "S3OutputPath of the trials."),
+        "role": role_param(),
         "image_uri": Param(SKLEARN_IMAGE, type="string", description="Training image (SageMaker scikit-learn)."),
-        "instance_type": Param("ml.m5.large", type="string", description="Instance type of every trial."),
+        "instance_type": instance_type_param("ml.m5.large", what="Every trial's"),
     },
     render_template_as_native_obj=True,
 ) as dag:

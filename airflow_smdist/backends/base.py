@@ -8,53 +8,18 @@ to this protocol, so the same DAG runs on the ``local`` backend and on ``sagemak
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-JobKind = Literal["training", "processing", "transform", "tuning"]
-JOB_KINDS: tuple[str, ...] = ("training", "processing", "transform", "tuning")
+from airflow_smdist.kinds import JOB_KINDS, KINDS, JobKind, Operation, kind_info
 
-#: Create / Describe / Stop operation names and the request/response keys, per job kind.
+__all__ = ["JOB_KINDS", "KINDS", "JobKind", "kind_info"]  # re-exported: the registry lives in kinds.py
+
+#: Transition alias of the registry (``OPERATIONS[kind]["status_key"]``) for code not yet reading
+#: :data:`airflow_smdist.kinds.KINDS`; new code uses ``kind_info(kind).status_key``.
 OPERATIONS: dict[str, dict[str, str]] = {
-    "training": {
-        "create": "CreateTrainingJob",
-        "describe": "DescribeTrainingJob",
-        "stop": "StopTrainingJob",
-        "list": "ListTrainingJobs",
-        "name_key": "TrainingJobName",
-        "status_key": "TrainingJobStatus",
-        "arn_key": "TrainingJobArn",
-        "log_group": "/aws/sagemaker/TrainingJobs",
-    },
-    "processing": {
-        "create": "CreateProcessingJob",
-        "describe": "DescribeProcessingJob",
-        "stop": "StopProcessingJob",
-        "list": "ListProcessingJobs",
-        "name_key": "ProcessingJobName",
-        "status_key": "ProcessingJobStatus",
-        "arn_key": "ProcessingJobArn",
-        "log_group": "/aws/sagemaker/ProcessingJobs",
-    },
-    "transform": {
-        "create": "CreateTransformJob",
-        "describe": "DescribeTransformJob",
-        "stop": "StopTransformJob",
-        "list": "ListTransformJobs",
-        "name_key": "TransformJobName",
-        "status_key": "TransformJobStatus",
-        "arn_key": "TransformJobArn",
-        "log_group": "/aws/sagemaker/TransformJobs",
-    },
-    "tuning": {
-        "create": "CreateHyperParameterTuningJob",
-        "describe": "DescribeHyperParameterTuningJob",
-        "stop": "StopHyperParameterTuningJob",
-        "list": "ListHyperParameterTuningJobs",
-        "name_key": "HyperParameterTuningJobName",
-        "status_key": "HyperParameterTuningJobStatus",
-        "arn_key": "HyperParameterTuningJobArn",
-        "log_group": "/aws/sagemaker/TrainingJobs",
-    },
+    name: {"create": k.create_op, "describe": k.describe_op, "stop": k.stop_op, "list": k.list_op,
+           "name_key": k.name_key, "status_key": k.status_key, "arn_key": k.arn_key, "log_group": k.log_group}
+    for name, k in KINDS.items()
 }
 
 RUNNING_STATES = frozenset({"InProgress", "Stopping", "Pending"})
@@ -62,19 +27,17 @@ TERMINAL_STATES = frozenset({"Completed", "Failed", "Stopped"})
 SUCCESS_STATES = frozenset({"Completed"})
 
 
-def operation(kind: str, what: str) -> str:
-    try:
-        return OPERATIONS[kind][what]
-    except KeyError:
-        raise ValueError(f"job kind {kind!r} is not one of {JOB_KINDS}") from None
+def operation(kind: str, what: Operation) -> str:
+    """The API operation ``what`` (create, describe, stop, list) of job kind ``kind``."""
+    return kind_info(kind).operation(what)
 
 
-def job_name_of(kind: str, request: dict) -> str:
-    return request[OPERATIONS[kind]["name_key"]]
+def job_name_of(kind: str, request: dict[str, Any]) -> str:
+    return kind_info(kind).job_name(request)
 
 
-def status_of(kind: str, description: dict) -> str:
-    return description[OPERATIONS[kind]["status_key"]]
+def status_of(kind: str, description: dict[str, Any]) -> str:
+    return kind_info(kind).status(description)
 
 
 @dataclass(frozen=True)

@@ -16,28 +16,18 @@ from functools import cached_property
 from typing import Any
 
 from airflow_smdist.backends.base import (
-    OPERATIONS,
     TERMINAL_STATES,
     BackendError,
     JobNotFound,
     LogEvent,
-    operation,
-    status_of,
     tuning_log_events,
 )
+from airflow_smdist.kinds import kind_info, snake_case
 from airflow_smdist.specs.errors import SpecError, SpecErrors
 from airflow_smdist.specs.validate import LOCAL_URI_PREFIXES, operation_model, validate_request
 
 #: Retries for every client unless the connection's ``config_kwargs`` set their own.
 DEFAULT_RETRIES = {"mode": "adaptive", "max_attempts": 10}
-
-#: The result key of each List* call.
-_SUMMARIES_KEY = {
-    "training": "TrainingJobSummaries",
-    "processing": "ProcessingJobSummaries",
-    "transform": "TransformJobSummaries",
-    "tuning": "HyperParameterTuningJobSummaries",
-}
 
 #: How SageMaker says "no such job" (DescribeTrainingJob: "Requested resource not found.").
 _NOT_FOUND = re.compile(r"not found|does not exist|could not find|can't find|cannot find", re.IGNORECASE)
@@ -49,13 +39,26 @@ _STREAM_EPOCH = re.compile(r"-\d{9,}$")
 _MAX_PAGES_PER_STREAM = 100
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
 def _client_error_parts(exc: Exception) -> tuple[str | None, str]:
     error = (getattr(exc, "response", None) or {}).get("Error", {})
     return error.get("Code"), error.get("Message") or str(exc)
+
+
+def is_not_found(code: str | None, message: str) -> bool:
+    """Whether an error of the SageMaker API says "no such job/model". The API has no code of its own for
+    it (DescribeTrainingJob answers ValidationException "Requested resource not found."), so this is the
+    one place that reads the message; everything above it sees :class:`JobNotFound`."""
+    return code in ("ValidationException", "ResourceNotFound") and bool(_NOT_FOUND.search(message))
+
+
+def job_error(exc: Exception, kind: str, name: str, op: str) -> BackendError:
+    """The typed error for a botocore ClientError of a call about job ``name`` (the triggers' async clients
+    call botocore directly): JobNotFound when the service says the job does not exist, else a BackendError
+    keeping the service's code and message."""
+    code, message = _client_error_parts(exc)
+    if is_not_found(code, message):
+        return JobNotFound(kind, name)
+    return BackendError(message, code=code, operation=op)
 
 
 def host_of_stream(job_name: str, stream_name: str) -> str:
@@ -132,11 +135,19 @@ class SageMakerBackend:
 
         return self._client_from(AwsLogsHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name))
 
+    @cached_property
+    def cloudwatch_client(self):
+        """boto3 ``cloudwatch`` client (lazy), same connection: job metrics and instance metrics."""
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+        return self._client_from(AwsBaseHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
+                                             client_type="cloudwatch"))
+
     def _call(self, op: str, **kwargs) -> dict[str, Any]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return getattr(self.client, _snake(op))(**kwargs)
+            return getattr(self.client, snake_case(op))(**kwargs)
         except ClientError as exc:
             code, message = _client_error_parts(exc)
             raise BackendError(message, code=code, operation=op) from exc
@@ -146,7 +157,8 @@ class SageMakerBackend:
     # ---- the protocol ---------------------------------------------------------------------------------
     def submit(self, kind: str, request: dict[str, Any]) -> str:
         """Validate ``request`` (file:// rejected) and call Create*Job. Returns the job name."""
-        op = operation(kind, "create")
+        info = kind_info(kind)
+        op = info.create_op
         local = _local_uri_errors(op, request)
         local_fields = {e.field for e in local}
         try:
@@ -157,15 +169,15 @@ class SageMakerBackend:
         if local or others:
             raise SpecErrors(local + others)
         self._call(op, **request)
-        return request[OPERATIONS[kind]["name_key"]]
+        return info.job_name(request)
 
     def describe(self, kind: str, name: str) -> dict[str, Any]:
         """Describe*Job, without ``ResponseMetadata``. Raises JobNotFound for a missing job."""
-        op = operation(kind, "describe")
+        info = kind_info(kind)
         try:
-            response = self._call(op, **{OPERATIONS[kind]["name_key"]: name})
+            response = self._call(info.describe_op, **{info.name_key: name})
         except BackendError as exc:
-            if exc.code in ("ValidationException", "ResourceNotFound") and _NOT_FOUND.search(str(exc)):
+            if is_not_found(exc.code, str(exc)):
                 raise JobNotFound(kind, name) from exc
             raise
         response.pop("ResponseMetadata", None)
@@ -173,16 +185,16 @@ class SageMakerBackend:
 
     def stop(self, kind: str, name: str) -> None:
         """Stop*Job. A job already finished is left alone; a missing one raises JobNotFound."""
-        if status_of(kind, self.describe(kind, name)) in TERMINAL_STATES:
+        info = kind_info(kind)
+        if info.status(self.describe(kind, name)) in TERMINAL_STATES:
             return
-        op = operation(kind, "stop")
         try:
-            self._call(op, **{OPERATIONS[kind]["name_key"]: name})
+            self._call(info.stop_op, **{info.name_key: name})
         except BackendError as exc:
             # It finished between our Describe and the Stop: "... the training job is in status Completed."
             if exc.code == "ValidationException" and "in status" in str(exc):
                 return
-            if exc.code in ("ValidationException", "ResourceNotFound") and _NOT_FOUND.search(str(exc)):
+            if is_not_found(exc.code, str(exc)):
                 raise JobNotFound(kind, name) from exc
             raise
 
@@ -197,13 +209,13 @@ class SageMakerBackend:
         stream not in it is read from its head. Returns a new cursor; the given one is not modified.
         No log group or no streams yet: ``([], cursor)``.
         """
-        operation(kind, "describe")  # rejects an unknown kind
+        info = kind_info(kind)  # rejects an unknown kind
         cursor = dict(cursor or {})
         if kind == "tuning":
             # A tuning job writes no logs of its own; its trials' logs are the training jobs' streams
             # (/aws/sagemaker/TrainingJobs/<trial>/...), found through ListTrainingJobsForHyperParameterTuningJob.
             return tuning_log_events(self, name, cursor)
-        group = OPERATIONS[kind]["log_group"]
+        group = info.log_group
         try:
             streams = self._log_streams(group, name)
         except BackendError as exc:
@@ -229,7 +241,7 @@ class SageMakerBackend:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return getattr(self.logs_client, _snake(op))(**kwargs)
+            return getattr(self.logs_client, snake_case(op))(**kwargs)
         except ClientError as exc:
             code, message = _client_error_parts(exc)
             raise BackendError(message, code=code, operation=op) from exc
@@ -305,7 +317,8 @@ class SageMakerBackend:
         self, kind: str, *, name_contains: str | None = None, status: str | None = None
     ) -> list[dict[str, Any]]:
         """List*Jobs summaries (all pages), optionally filtered by name substring and status."""
-        op = operation(kind, "list")
+        info = kind_info(kind)
+        op = info.list_op
         # 100 a page (the service's default is 10): fewer calls against List* quotas as low as 2/s.
         kwargs: dict[str, Any] = {"MaxResults": 100}
         if name_contains:
@@ -315,7 +328,7 @@ class SageMakerBackend:
         summaries: list[dict[str, Any]] = []
         while True:
             page = self._call(op, **kwargs)
-            summaries.extend(page.get(_SUMMARIES_KEY[kind], []))
+            summaries.extend(page.get(info.summaries_key, []))
             token = page.get("NextToken")
             if not token or token == kwargs.get("NextToken"):
                 return summaries

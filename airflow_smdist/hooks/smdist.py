@@ -42,18 +42,43 @@ class SmdistHook(BaseHook):
         self._region_name = region_name
         self._extra: dict | None = None
 
+    # The connection form. Airflow >= 3.2 reads it from the provider info (airflow_smdist.CONNECTION_FIELDS
+    # and CONNECTION_UI_FIELD_BEHAVIOUR, without calling these); Airflow 2.x calls these two methods.
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["host", "schema", "login", "password", "port"],
-            "relabeling": {},
-            "placeholders": {"extra": '{"backend": "sagemaker", "aws_conn_id": "aws_default", "region_name": "us-east-1"}'},
-        }
+        from airflow_smdist import CONNECTION_UI_FIELD_BEHAVIOUR as behaviour
+
+        return {"hidden_fields": list(behaviour["hidden-fields"]), "relabeling": dict(behaviour["relabeling"]),
+                "placeholders": dict(behaviour["placeholders"])}
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """The same fields as the provider info's ``conn-fields``, as Airflow 2.x's form widgets."""
+        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+        from flask_babel import lazy_gettext
+        from wtforms import StringField
+        from wtforms.validators import Optional, any_of
+
+        from airflow_smdist import CONNECTION_FIELDS
+
+        widgets = {}
+        for name, field in CONNECTION_FIELDS.items():
+            choices = field["schema"].get("enum")
+            validators = [Optional(), any_of(choices)] if choices else [Optional()]
+            widgets[name] = StringField(lazy_gettext(field["label"]), description=field["description"],
+                                        validators=validators, widget=BS3TextFieldWidget())
+        return widgets
 
     @property
     def extra(self) -> dict:
         if self._extra is None:
-            self._extra = get_connection_extra(self.smdist_conn_id)
+            extra = get_connection_extra(self.smdist_conn_id)
+            # forms that store a field under its prefixed widget name ("extra__smdist__backend")
+            prefix = f"extra__{self.conn_type}__"
+            for key, value in list(extra.items()):
+                if key.startswith(prefix) and value not in (None, ""):
+                    extra.setdefault(key[len(prefix):], value)
+            self._extra = {k: v for k, v in extra.items() if v not in (None, "")}
         return self._extra
 
     @property
@@ -76,7 +101,8 @@ class SmdistHook(BaseHook):
         from airflow_smdist.backends.local import LocalBackend
 
         return LocalBackend(self.extra.get("local_root"), region_name=self.region_name,
-                            s3_endpoint_url=self.extra.get("s3_endpoint_url"))
+                            s3_endpoint_url=self.extra.get("s3_endpoint_url"),
+                            local_runtimes=self.extra.get("local_runtimes"))
 
     def get_conn(self):
         return self.get_backend()

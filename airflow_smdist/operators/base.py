@@ -6,17 +6,19 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_smdist._compat import AirflowException, BaseOperator, default_deferrable
-from airflow_smdist.backends.base import OPERATIONS, RUNNING_STATES, TERMINAL_STATES, JobNotFound
+from airflow_smdist._compat import BaseOperator, default_deferrable
+from airflow_smdist.backends.base import JobNotFound
+from airflow_smdist.kinds import kind_info
+from airflow_smdist.lifecycle import JobLifecycle
 
 if TYPE_CHECKING:
     from airflow_smdist.backends.base import Backend
 
 NAME_LIMIT = 63
-MAX_ATTEMPT_NAMES = 30
 #: added to a job's own time limits (StoppingCondition) to bound a deferred wait: uploads, queueing
 DEFERRAL_MARGIN_SECONDS = 3600
 
@@ -36,8 +38,33 @@ def stable_job_name(prefix: str, dag_id: str, task_id: str, run_id: str, map_ind
     return f"{head.rstrip('-')}-{digest}"
 
 
+#: the role the local backend writes into requests when none is given (it runs nothing as it); never sent to AWS
+LOCAL_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
+
+
+def require_role(operator: Any, backend_name: str) -> None:
+    """An operator's ``role`` for the backend that runs it, checked before anything is uploaded or created:
+    the sagemaker backend needs a real IAM role (never the local placeholder); the local one runs nothing as
+    a role, so it stands in for a missing one."""
+    role = getattr(operator, "role", None)
+    if backend_name != "sagemaker":
+        if not role:
+            operator.role = LOCAL_ROLE
+        return
+    if not role or role == LOCAL_ROLE:
+        from airflow_smdist.specs.errors import SpecError
+
+        raise SpecError("role", "the sagemaker backend runs the job as an IAM role, and "
+                        + ("none was given." if not role else f"{role} is the local backend's placeholder."),
+                        "pass role='arn:aws:iam::<account>:role/<SageMaker execution role>' (or set the DAG's "
+                        "role Param).")
+
+
 class SmdistJobOperator(BaseOperator):
-    """Base of the provider's job operators. Subclasses set ``kind`` and implement :meth:`build_request`."""
+    """Base of the provider's job operators. Subclasses set ``kind`` and implement :meth:`build_request`.
+
+    ``execute`` is a short script over :class:`~airflow_smdist.lifecycle.JobLifecycle`: start (or
+    reattach), then wait, defer or return, then the result or the error."""
 
     kind: ClassVar[str] = "training"
     name_prefix: ClassVar[str] = "smdist"
@@ -61,7 +88,7 @@ class SmdistJobOperator(BaseOperator):
         self.print_logs = print_logs
         self.stop_on_kill = stop_on_kill
         self._backend: Backend | None = None
-        self._running_job: str | None = None
+        self._lifecycle: JobLifecycle | None = None
 
     # -- to implement ------------------------------------------------------------------------------
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
@@ -69,13 +96,22 @@ class SmdistJobOperator(BaseOperator):
         raise NotImplementedError
 
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
-        """The small XCom result for a finished job."""
-        raise NotImplementedError
+        """The small XCom result for a finished job (default: the kind's result function)."""
+        return kind_info(self.kind).result(description, self.get_backend())
 
     def persist_links(self, context: Any, job_name: str) -> None:
-        """Store console links (sagemaker backend)."""
+        """Store the job's console links (shown for sagemaker jobs only: see operators/links.py)."""
+        from airflow_smdist.operators.links import persist_console_links
+
+        persist_console_links(self, context, job_name)
 
     # -- machinery ---------------------------------------------------------------------------------
+    def pre_execute(self, context: Any) -> None:
+        """``deferrable`` is a template field, so a run can choose it (e.g. "{{ params.deferrable }}"):
+        rendered, it is coerced here, before anything starts and on every resume."""
+        super().pre_execute(context)
+        self.deferrable = as_bool(self.deferrable, "deferrable")
+
     @property
     def hook(self):
         from airflow_smdist.hooks.smdist import SmdistHook
@@ -87,6 +123,29 @@ class SmdistJobOperator(BaseOperator):
             self._backend = self.hook.get_backend(self.backend)
         return self._backend
 
+    @property
+    def lifecycle(self) -> JobLifecycle:
+        """The lifecycle of this task's jobs (made on first use, for the operator's current kind)."""
+        if self._lifecycle is None or self._lifecycle.kind != self.kind:
+            self._lifecycle = JobLifecycle(self.get_backend(), self.kind, log=self.log,
+                                           poll_interval=self.poll_interval, print_logs=self.print_logs)
+        return self._lifecycle
+
+    @property
+    def _running_job(self) -> str | None:
+        """The job this task waits for (the last one started or reattached and not yet ended)."""
+        running = self._lifecycle.running if self._lifecycle is not None else []
+        return running[-1] if running else None
+
+    @_running_job.setter
+    def _running_job(self, name: str | None) -> None:
+        if name:
+            self.lifecycle.track(name)
+
+    @property
+    def _last_lines(self) -> list[str]:
+        return list(self._lifecycle.last_lines) if self._lifecycle is not None else []
+
     def base_job_name(self, context: Any) -> str:
         if self.job_name:
             return str(self.job_name)
@@ -95,57 +154,52 @@ class SmdistJobOperator(BaseOperator):
                                getattr(ti, "map_index", -1))
 
     def choose_job(self, backend: Backend, base: str) -> tuple[str, str]:
-        """(name, action): reattach to a running or completed job of this task instance, or pick the first
-        free attempt name after ones that failed or were stopped."""
-        for attempt in range(1, MAX_ATTEMPT_NAMES + 1):
-            name = base if attempt == 1 else f"{base}-r{attempt}"
-            try:
-                status = backend.describe(self.kind, name)[OPERATIONS[self.kind]["status_key"]]
-            except JobNotFound:
-                return name, "create"
-            if status in RUNNING_STATES:
-                return name, "reattach-running"
-            if status == "Completed":
-                return name, "reattach-completed"
-            self.log.info("Job %s of an earlier try ended %s; the next attempt gets a new name.", name, status)
-        raise AirflowException(f"{MAX_ATTEMPT_NAMES} attempts of job {base} ended without success; "
-                               "not starting another. Give a new job_name to try again.")
+        """(name, action): see :meth:`JobLifecycle.choose`."""
+        started = self.lifecycle.choose(base)
+        return started.name, started.action
+
+    def start_job(self, context: Any, base: str) -> str:
+        """Create the job of this task instance under ``base`` or reattach to it; its name."""
+        lifecycle = self.lifecycle
+        backend_name = lifecycle.backend.name
+
+        def build(name: str) -> dict[str, Any]:
+            require_role(self, backend_name)  # before anything is uploaded
+            return self.build_request(name, backend_name, context)
+
+        return lifecycle.start(base, build).name
 
     def execute(self, context: Any) -> dict[str, Any]:
-        backend = self.get_backend()
-        name, action = self.choose_job(backend, self.base_job_name(context))
-        if action == "create":
-            request = self.build_request(name, backend.name, context)
-            backend.submit(self.kind, request)
-            self.log.info("Started %s job %s on the %s backend.", self.kind, name, backend.name)
-        elif action == "reattach-running":
-            self.log.info("Reattaching to %s job %s, still running from an earlier try (no second job started).",
-                          self.kind, name)
-        else:
-            self.log.info("%s job %s of an earlier try already completed; returning its result.", self.kind, name)
-        self._running_job = name
+        name = self.start_job(context, self.base_job_name(context))
         self.persist_links(context, name)
         if not self.wait_for_completion:
-            return self.result(backend.describe(self.kind, name))
+            return self.result(self.lifecycle.describe(name))
+        return self.check_and_result(self.wait_or_defer(name))
+
+    def wait_or_defer(self, name: str, method_name: str = "execute_complete",
+                      kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The ended job's description: waited for here, or (deferrable) after the trigger, in
+        ``method_name`` (this call then does not return)."""
+        lifecycle = self.lifecycle
         if self.deferrable:
             as_of = time.time()
-            description = backend.describe(self.kind, name)
-            if description[OPERATIONS[self.kind]["status_key"]] in TERMINAL_STATES:  # done before we deferred
-                return self.check_and_result(description)
-            ti = context["ti"]
-            self.defer(trigger=self.make_trigger(backend, name, description, as_of,
-                                                 cursor_key=f"{name}/{getattr(ti, 'try_number', 0)}"),
-                       method_name="execute_complete", timeout=self.deferral_timeout(description))
-        description = self.wait(backend, name)
-        self._running_job = None
-        return self.check_and_result(description)
+            description = lifecycle.describe(name)
+            if lifecycle.ended(description):  # done before we deferred
+                lifecycle.untrack(name)
+                return description
+            self.defer(trigger=self.make_trigger(lifecycle.backend, name, description, as_of), method_name=method_name,
+                       kwargs=kwargs, timeout=self.deferral_timeout(description))
+        return lifecycle.wait(name)
 
     # -- deferral ----------------------------------------------------------------------------------
     def make_trigger(self, backend: Backend, name: str, description: dict[str, Any] | None = None,
-                     as_of: float | None = None, cursor_key: str | None = None):
-        """The trigger to defer to. With the job's ``description`` (and when it was taken, ``as_of``) the
-        trigger starts from that status and costs no Describe of its own."""
+                     as_of: float | None = None):
+        """The trigger to defer to. Given the job's ``description`` and when it was taken (``as_of``), the
+        trigger starts from that status and makes no Describe of its own. ``cursor_key`` is new for every
+        deferral: a trigger rebuilt from its kwargs (triggerer restart) resumes the persisted log cursor, a
+        later deferral (a retry) prints the job's log afresh into its own task log."""
         import importlib
+        import uuid
 
         module, _, cls = self.trigger_class.rpartition(".")
         trigger = getattr(importlib.import_module(module), cls)
@@ -153,10 +207,10 @@ class SmdistJobOperator(BaseOperator):
         return trigger(job_name=name, backend=backend.name, smdist_conn_id=self.smdist_conn_id,
                        aws_conn_id=self.aws_conn_id, region_name=self.region_name, poll_interval=self.poll_interval,
                        print_logs=self.print_logs, kind=self.kind,
-                       job_status=description[OPERATIONS[self.kind]["status_key"]] if description else None,
+                       job_status=kind_info(self.kind).status(description) if description else None,
                        as_of=as_of if description else None,
                        created=created.timestamp() if hasattr(created, "timestamp") else None,
-                       cursor_key=cursor_key)
+                       cursor_key=uuid.uuid4().hex)
 
     def deferral_timeout(self, description: dict[str, Any]) -> timedelta | None:
         """The job's own limits plus a margin (not a fixed count of polls); None when the task's
@@ -170,76 +224,40 @@ class SmdistJobOperator(BaseOperator):
                         .get("MaxRuntimeInSeconds") or 0)
         return timedelta(seconds=(limit or 86400) + DEFERRAL_MARGIN_SECONDS)
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        """Back from the trigger: the same result (or error) as the non-deferred path."""
-        backend = self.get_backend()
+    def describe_after_trigger(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Back from the trigger: the job's description (and, when it did not complete, its last log lines
+        for the error)."""
+        lifecycle = self.lifecycle
         name = event["job_name"]
         try:
-            description = backend.describe(self.kind, name)
+            description = lifecycle.describe(name)
         except JobNotFound:
-            raise AirflowException(f"{self.kind} job {name}: {event.get('failure_reason')}") from None
-        self.log_metrics(description, name)
-        if self.print_logs and description[OPERATIONS[self.kind]["status_key"]] != "Completed":
-            events, _ = backend.log_events(self.kind, name)
-            self._last_lines = [e.format() for e in events][-20:]
-        return self.check_and_result(description)
+            raise lifecycle.gone(name, event.get("failure_reason")) from None
+        lifecycle.report(name, description)  # the metrics summary line the blocking wait logs
+        if self.print_logs and lifecycle.status(description) != "Completed":
+            lifecycle.fetch_last_lines(name)
+        return description
 
-    def log_metrics(self, description: dict[str, Any], name: str) -> None:
-        """The metrics summary line (FinalMetricDataList), once per change; both wait paths log it."""
-        metrics = {m["MetricName"]: m["Value"] for m in description.get("FinalMetricDataList") or []}
-        if metrics and metrics != getattr(self, "_last_metrics", None):
-            self.log.info("%s job %s metrics: %s", self.kind, name,
-                          ", ".join(f"{k}={v:g}" for k, v in sorted(metrics.items())))
-            self._last_metrics = metrics
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """Back from the trigger: the same result (or error) as the non-deferred path."""
+        return self.check_and_result(self.describe_after_trigger(event))
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any):
         """A deferred wait that timed out must not leave the job running (and billing): stop it first."""
         if next_method == "__fail__" and self.stop_on_kill:
             try:
-                backend = self.get_backend()
-                name, action = self.choose_job(backend, self.base_job_name(context))
-                if action == "reattach-running":
-                    self._running_job = name
+                started = self.lifecycle.choose(self.base_job_name(context))
+                if started.action == "reattach-running":
+                    self.lifecycle.track(started.name)
                     self.on_kill()
             except Exception as exc:  # noqa: BLE001 - the original failure is what the task reports
                 self.log.warning("could not stop the job after the deferral failed: %s", exc)
         return super().resume_execution(next_method, next_kwargs, context)
 
-    def wait(self, backend: Backend, name: str) -> dict[str, Any]:
-        status_key = OPERATIONS[self.kind]["status_key"]
-        cursor = None
-        last_secondary = None
-        while True:
-            description = backend.describe(self.kind, name)
-            if self.print_logs:
-                cursor = self.print_new_logs(backend, name, cursor)
-            self.log_metrics(description, name)
-            secondary = description.get("SecondaryStatus")
-            if secondary and secondary != last_secondary:
-                self.log.info("%s job %s: %s / %s", self.kind, name, description[status_key], secondary)
-                last_secondary = secondary
-            if description[status_key] in TERMINAL_STATES:
-                if self.print_logs:  # the last lines may land after the status
-                    self.print_new_logs(backend, name, cursor)
-                return description
-            backend.wait_for_change(self.kind, name, self.poll_interval)
-
-    def print_new_logs(self, backend: Backend, name: str, cursor: Any) -> Any:
-        try:
-            events, cursor = backend.log_events(self.kind, name, cursor)
-        except JobNotFound:
-            return cursor
-        for event in events:
-            self.log.info("%s", event.format())
-        self._last_lines = (getattr(self, "_last_lines", []) + [e.format() for e in events])[-20:]
-        return cursor
-
     def lineage(self) -> tuple[list[str], list[str]]:
         """(inputs, outputs) for OpenLineage: from the last job's description (see airflow_smdist.lineage)."""
-        from airflow_smdist.lineage import lineage_uris
-
-        description = getattr(self, "_last_description", None)
-        return lineage_uris(self.kind, description) if description else ([], [])
+        description = self._lifecycle.last_description if self._lifecycle is not None else None
+        return kind_info(self.kind).lineage(description) if description else ([], [])
 
     def get_openlineage_facets_on_complete(self, task_instance: Any):
         """Input and output datasets of the job, when the OpenLineage provider is installed."""
@@ -251,34 +269,28 @@ class SmdistJobOperator(BaseOperator):
         return operator_lineage(inputs, outputs)
 
     def check_and_result(self, description: dict[str, Any]) -> dict[str, Any]:
-        self._last_description = description
-        status = description[OPERATIONS[self.kind]["status_key"]]
-        if status != "Completed":
-            reason = description.get("FailureReason") or description.get("SecondaryStatus") or status
-            tail = "\n".join(getattr(self, "_last_lines", [])[-10:])
-            name = description[OPERATIONS[self.kind]["name_key"]]
-            raise AirflowException(f"{self.kind} job {name} ended {status}: {reason}"
-                                   + (f"\nLast log lines:\n{tail}" if tail else ""))
-        return self.result(description)
+        """The result of a completed job; :class:`~airflow_smdist.lifecycle.JobFailed` with its reason and
+        last log lines otherwise."""
+        return self.result(self.lifecycle.check(description))
 
     def on_kill(self) -> None:
-        name = self._running_job
-        if not (name and self.stop_on_kill):
-            return
-        backend = self.get_backend()
-        self.log.info("Task killed: stopping %s job %s.", self.kind, name)
-        try:
-            backend.stop(self.kind, name)
-            deadline = time.time() + 180
-            while time.time() < deadline:
-                status = backend.describe(self.kind, name)[OPERATIONS[self.kind]["status_key"]]
-                if status in TERMINAL_STATES:
-                    self.log.info("%s job %s is %s.", self.kind, name, status)
-                    return
-                time.sleep(2)
-            self.log.warning("%s job %s did not stop within 180 s.", self.kind, name)
-        except JobNotFound:
-            pass
+        """Stop every job of this task that is still running (each waited for, at most 180 s)."""
+        if self.stop_on_kill and self._lifecycle is not None and self._lifecycle.running:
+            self._lifecycle.stop()
+
+
+def as_bool(value: Any, name: str) -> bool:
+    """A rendered template field as a bool: True/False, or the strings Jinja renders them as."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", "", "none"):
+        return False
+    from airflow_smdist.specs.errors import SpecError
+
+    raise SpecError(name, f"{value!r} is not a boolean.", "give true or false (e.g. a boolean Param).")
 
 
 def isoformat(value: Any) -> Any:

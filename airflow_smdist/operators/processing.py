@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
-from airflow_smdist.operators.base import SmdistJobOperator, isoformat
+from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
+from airflow_smdist.operators.links import SmdistConsoleLink
 
-DEFAULT_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
 #: arguments every processing operator passes to its builder (and templates)
 COMMON_ARGS = (
     "role", "instance_type", "instance_count", "inputs", "outputs", "arguments", "code_location",
@@ -37,18 +37,19 @@ PYSPARK_ARGS = (
 )
 #: the builder arguments that say where local files are uploaded (all default to code_location)
 LOCATION_ARGS = ("code_location", "dependency_location", "configuration_location")
-SCRIPT_ARGS = ("image_uri", "framework", "framework_version", "py_version", "code", "command", "entrypoint")
+SCRIPT_ARGS = ("image_uri", "framework", "framework_version", "py_version", "code", "source_dir", "command",
+               "entrypoint")
 RENDERERS = {"inputs": "json", "outputs": "json", "env": "json", "configuration": "json", "arguments": "json",
              "network_config": "json", "tags": "json"}
 
 
-class SageMakerProcessingJobLink(BaseAwsLink):
+class SageMakerProcessingJobLink(SmdistConsoleLink):
     name = "SageMaker processing job"
     key = "smdist_processing_job"
     format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/processing-jobs/{job_name}"
 
 
-class SageMakerProcessingLogsLink(BaseAwsLink):
+class SageMakerProcessingLogsLink(SmdistConsoleLink):
     name = "Processing job logs (CloudWatch)"
     key = "smdist_processing_logs"
     format_str = (BASE_AWS_CONSOLE_LINK + "/cloudwatch/home?region={region_name}#logsV2:log-groups/log-group/"
@@ -65,7 +66,7 @@ class _ProcessingOperator(SmdistJobOperator):
     template_fields_renderers = RENDERERS
     builder_args: tuple[str, ...] = ()
 
-    def __init__(self, *, role: str = DEFAULT_ROLE, instance_type: str = "ml.m5.xlarge",
+    def __init__(self, *, role: str | None = None, instance_type: str = "ml.m5.xlarge",
                  instance_count: int | str = 1, inputs: Any = None, outputs: Any = None,
                  arguments: list[Any] | None = None, code_location: str | None = None,
                  volume_size_in_gb: int | str = 30, volume_kms_key: str | None = None,
@@ -94,6 +95,7 @@ class _ProcessingOperator(SmdistJobOperator):
         raise NotImplementedError
 
     def plan(self, job_name: str, backend_name: str):
+        require_role(self, backend_name)  # before anything is built or uploaded
         from airflow_smdist.specs.errors import SpecError
 
         args = {name: getattr(self, name) for name in self.builder_args}
@@ -136,11 +138,6 @@ class _ProcessingOperator(SmdistJobOperator):
                 self.log.info("Uploaded %s", uri)
         return plan.request
 
-    def persist_links(self, context: Any, job_name: str) -> None:
-        region = self.hook.region_name or "us-east-1"
-        for link in (SageMakerProcessingJobLink, SageMakerProcessingLogsLink):
-            link.persist(context=context, operator=self, region_name=region, aws_partition="aws", job_name=job_name)
-
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
         return processing_result(description, self.get_backend().name)
 
@@ -162,7 +159,7 @@ class SageMakerPySparkProcessingOperator(_ProcessingOperator):
     channels), ``exit_message`` and a few more small fields.
     """
 
-    template_fields: Sequence[str] = ("job_name", "backend", *COMMON_ARGS, *PYSPARK_ARGS)
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *COMMON_ARGS, *PYSPARK_ARGS)
     builder_args = COMMON_ARGS + PYSPARK_ARGS
 
     def __init__(self, *, submit_app: str, framework_version: str | None = None, py_version: str | None = None,
@@ -198,19 +195,23 @@ class SmdistProcessingOperator(_ProcessingOperator):
     ``code`` (a local script, uploaded to ``code_location``, or an s3:// URI) runs as ``command`` (default
     ``["python3"]``) ``+ ["/opt/ml/processing/input/code/<script>"] + arguments``; the image is ``image_uri``
     or ``framework`` ("sklearn", "xgboost", "pytorch", "tensorflow") + ``framework_version`` from the SDK's
-    data. ``instance_count`` hosts each run it; ``ShardedByS3Key`` inputs give each host its share of the
+    data. With ``source_dir``, ``code`` names the script in that directory, which is shipped as
+    sourcedir.tar.gz with a runproc.sh that installs its requirements.txt, as SDK 2's ``FrameworkProcessor``
+    does. ``instance_count`` hosts each run it; ``ShardedByS3Key`` inputs give each host its share of the
     objects (the seed's embarrassingly parallel Option 3). See
     :func:`airflow_smdist.specs.processing.build_processing`. Returns the same XCom dict as
     :class:`SageMakerPySparkProcessingOperator`.
     """
 
-    template_fields: Sequence[str] = ("job_name", "backend", *COMMON_ARGS, *SCRIPT_ARGS)
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *COMMON_ARGS, *SCRIPT_ARGS)
     builder_args = COMMON_ARGS + SCRIPT_ARGS
 
     def __init__(self, *, image_uri: str | None = None, framework: str | None = None,
                  framework_version: str | None = None, py_version: str | None = None, code: str | None = None,
-                 command: list[str] | None = None, entrypoint: list[str] | None = None, **kwargs: Any) -> None:
+                 source_dir: str | None = None, command: list[str] | None = None,
+                 entrypoint: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.source_dir = source_dir
         self.image_uri = image_uri
         self.framework = framework
         self.framework_version = framework_version
@@ -225,8 +226,9 @@ class SmdistProcessingOperator(_ProcessingOperator):
         return build_processing
 
 
-def processing_result(description: dict[str, Any], backend_name: str) -> dict[str, Any]:
+def processing_result(description: dict[str, Any], backend: Any) -> dict[str, Any]:
     """The small, JSON-safe XCom result of a processing job (the full description stays on the backend)."""
+    backend_name = getattr(backend, "name", backend)  # a Backend or its name
     cluster = (description.get("ProcessingResources") or {}).get("ClusterConfig") or {}
     outputs = (description.get("ProcessingOutputConfig") or {}).get("Outputs") or []
     start, end = description.get("ProcessingStartTime"), description.get("ProcessingEndTime")

@@ -2,35 +2,74 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
+from dataclasses import MISSING
 from typing import Any, Sequence
 
-from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
-from airflow_smdist.operators.base import SmdistJobOperator, isoformat
+from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS, mask_hyperparameter
+from airflow_smdist.backends.base import TERMINAL_STATES
+from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
 from airflow_smdist.operators.links import SageMakerTrainingJobLink, SageMakerTrainingLogsLink
+from airflow_smdist.specs.training import TRAINING_ARGS, training_fields
 
-#: build_training arguments the operator passes through (and templates)
-TRAINING_ARGS = (
-    "entry_point", "source_dir", "code_location", "framework", "framework_version", "py_version",
-    "base_framework_version", "image_uri",
-    "algorithm", "algorithm_version", "instance_type", "instance_count", "hyperparameters", "distribution",
-    "inputs", "input_mode", "output_path", "role", "checkpoint_s3_uri", "checkpoint_local_path", "max_run",
-    "use_spot_instances", "max_wait", "max_retry_attempts", "metric_definitions", "environment", "volume_size",
-    "subnets", "security_group_ids", "enable_network_isolation", "encrypt_inter_container_traffic",
-    "instance_groups", "lr_scaling", "tags",
-)
+#: The operator's defaults where they differ from the builder's: no role (the local backend uses a stand-in;
+#: the sagemaker backend requires one, see operators.base.require_role).
+OPERATOR_DEFAULTS: dict[str, Any] = {"role": None}
+
+
+def spec_signature(init: Any, *, defaults: dict[str, Any] | None = None) -> Any:
+    """Give ``init`` (``def __init__(self, *, <own arguments>, **kwargs)``) the signature it really has: its
+    own keyword arguments plus every training argument of :mod:`airflow_smdist.specs.training`'s sections,
+    with their defaults. Airflow reads it (``default_args``, required arguments, ``partial``/``expand``),
+    as do ``help()`` and IDEs; the arguments are written once, in the sections."""
+    own = inspect.signature(init)
+    params = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    taken = {p.name for p in params}
+    defaults = {**OPERATOR_DEFAULTS, **(defaults or {})}
+    for f in training_fields():
+        if f.name in taken:
+            continue
+        default = defaults.get(f.name, f.default)
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
+                                        default=inspect.Parameter.empty if default is MISSING else default))
+    params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation="Any"))
+    init.__signature__ = own.replace(parameters=params)
+    return init
+
+
+def take_training_arguments(kwargs: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Pop the training arguments from an operator's ``kwargs`` (the rest go to BaseOperator), with the
+    operator's defaults for those not given."""
+    defaults = {**OPERATOR_DEFAULTS, **(defaults or {})}
+    out = {}
+    for f in training_fields():
+        if f.name in kwargs:
+            out[f.name] = kwargs.pop(f.name)
+        elif f.name in defaults:
+            out[f.name] = defaults[f.name]
+        elif f.default is not MISSING:
+            out[f.name] = f.default
+        else:
+            raise TypeError(f"missing keyword argument {f.name!r}")
+    return out
 
 
 class SageMakerDistributedTrainingOperator(SmdistJobOperator):
     """Run a SageMaker training job, distributed the way the SageMaker SDK distributes it.
 
-    The arguments are the SDK estimator's (see :func:`airflow_smdist.specs.training.build_training`):
+    The arguments are the SDK estimator's, one per field of the spec sections of
+    :mod:`airflow_smdist.specs.training` (see :func:`~airflow_smdist.specs.training.build_training`), all
+    templated:
     ``entry_point`` + ``source_dir`` with ``framework``/``framework_version``/``py_version`` (script mode
     in a Deep Learning Container), or ``algorithm=`` (a built-in algorithm) or ``image_uri=``;
     ``instance_type`` x ``instance_count``; ``distribution`` ({"torch_distributed": {"enabled": True}},
     {"mpi": {...}}, {"smdistributed": {...}}, ...); ``inputs`` channels (FullyReplicated / ShardedByS3Key);
     ``checkpoint_s3_uri``; ``lr_scaling`` for the linear scaling rule; ``include_runtime=True`` ships
     :mod:`airflow_smdist.runtime` (stdlib only) inside sourcedir.tar.gz for scripts that import it.
+
+    ``role``: the IAM role SageMaker runs the job as; required on the sagemaker backend (the local backend
+    needs none).
 
     ``backend``: "local" (default; runs here, for real) or "sagemaker"; else the ``smdist`` connection's
     ``backend`` extra, else ``SMDIST_BACKEND``. The job name is stable across tries of one task instance:
@@ -41,67 +80,27 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
     kind = "training"
     name_prefix = "smdist"
     trigger_class = "airflow_smdist.triggers.training.SageMakerDistributedTrainingTrigger"
-    template_fields: Sequence[str] = ("job_name", "backend", *TRAINING_ARGS)
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *TRAINING_ARGS)
     template_fields_renderers = {"hyperparameters": "json", "distribution": "json", "inputs": "json",
                                  "environment": "json", "lr_scaling": "json", "metric_definitions": "json"}
     operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink())
 
-    def __init__(self, *, output_path: str, role: str = "arn:aws:iam::000000000000:role/SageMakerExecutionRole",
-                 entry_point: str | None = None, source_dir: str | None = None, code_location: str | None = None,
-                 framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
-                 base_framework_version: str | None = None, image_uri: str | None = None, algorithm: str | None = None, algorithm_version: str | None = None,
-                 instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1,
-                 hyperparameters: dict[str, Any] | None = None, distribution: dict[str, Any] | None = None,
-                 inputs: dict[str, Any] | None = None, input_mode: str = "File",
-                 checkpoint_s3_uri: str | None = None, checkpoint_local_path: str | None = None,
-                 max_run: int | str = 86400, use_spot_instances: bool = False, max_wait: int | str | None = None,
-                 max_retry_attempts: int | str | None = None, metric_definitions: list[dict] | None = None,
-                 environment: dict[str, str] | None = None, volume_size: int | str = 30,
-                 subnets: list[str] | None = None, security_group_ids: list[str] | None = None,
-                 enable_network_isolation: bool = False, encrypt_inter_container_traffic: bool = False,
-                 instance_groups: list[dict] | None = None, lr_scaling: dict[str, Any] | None = None,
-                 tags: dict[str, str] | None = None, secret_hyperparameters: list[str] | None = None,
-                 include_runtime: bool = False, **kwargs: Any) -> None:
+    @spec_signature
+    def __init__(self, *, secret_hyperparameters: list[str] | None = None, include_runtime: bool = False,
+                 insight: bool = True, **kwargs: Any) -> None:
+        arguments = take_training_arguments(kwargs)
         super().__init__(**kwargs)
+        self.insight = insight
         self.include_runtime = include_runtime
         self.secret_hyperparameters = list(secret_hyperparameters or [])
-        self.output_path = output_path
-        self.role = role
-        self.entry_point = entry_point
-        self.source_dir = source_dir
-        self.code_location = code_location
-        self.framework = framework
-        self.framework_version = framework_version
-        self.py_version = py_version
-        self.base_framework_version = base_framework_version
-        self.image_uri = image_uri
-        self.algorithm = algorithm
-        self.algorithm_version = algorithm_version
-        self.instance_type = instance_type
-        self.instance_count = instance_count
-        self.hyperparameters = hyperparameters
-        self.distribution = distribution
-        self.inputs = inputs
-        self.input_mode = input_mode
-        self.checkpoint_s3_uri = checkpoint_s3_uri
-        self.checkpoint_local_path = checkpoint_local_path
-        self.max_run = max_run
-        self.use_spot_instances = use_spot_instances
-        self.max_wait = max_wait
-        self.max_retry_attempts = max_retry_attempts
-        self.metric_definitions = metric_definitions
-        self.environment = environment
-        self.volume_size = volume_size
-        self.subnets = subnets
-        self.security_group_ids = security_group_ids
-        self.enable_network_isolation = enable_network_isolation
-        self.encrypt_inter_container_traffic = encrypt_inter_container_traffic
-        self.instance_groups = instance_groups
-        self.lr_scaling = lr_scaling
-        self.tags = tags
+        for name, value in arguments.items():  # the training arguments (TRAINING_ARGS), one attribute each
+            setattr(self, name, value)
+        self.distributed = _distributed_dict(self.distributed)
         self._plan = None
+        self.check_secret_names()
 
     def plan(self, job_name: str, backend_name: str):
+        require_role(self, backend_name)  # before anything is built or uploaded
         from airflow_smdist.specs.training import build_training
 
         # Airflow 3 task logs take every logger's records; Airflow 2 only "airflow.task"'s, so forward there
@@ -117,19 +116,40 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             if handler:
                 spec_log.removeHandler(handler)
 
+    def check_secret_names(self) -> None:
+        """Every name in ``secret_hyperparameters`` must be a hyperparameter: a typo would leave the secret
+        unmasked. Checked at construction when the hyperparameters are a dict, and again once rendered."""
+        hps = self.hyperparameters
+        if not self.secret_hyperparameters or hps is None or not isinstance(hps, dict):
+            return
+        unknown = [n for n in self.secret_hyperparameters if n not in hps]
+        if unknown:
+            from airflow_smdist.specs.errors import SpecError
+
+            raise SpecError("secret_hyperparameters", f"{unknown} {'is' if len(unknown) == 1 else 'are'} not among "
+                            f"the hyperparameters ({sorted(hps)}), so nothing would be masked.",
+                            "name hyperparameters exactly as in hyperparameters=.")
+
     def mask_secrets(self) -> None:
-        """Values of ``secret_hyperparameters`` never reach task logs (masked) or XCom (replaced by ***).
-        SageMaker itself stores hyperparameters in the job's description: prefer passing secrets through
-        Secrets Manager and an environment variable naming the secret."""
-        from airflow_smdist._compat import mask_secret
-
+        """Values of ``secret_hyperparameters`` never reach task logs, rendered fields (masked) or XCom
+        (replaced by ***). SageMaker itself stores hyperparameters in the job's description: prefer passing
+        secrets through Secrets Manager and an environment variable naming the secret."""
+        self.check_secret_names()
         for name in self.secret_hyperparameters:
-            value = (self.hyperparameters or {}).get(name)
-            if value not in (None, ""):
-                mask_secret(str(value))
-                import json as _json
+            value = (self.hyperparameters or {}).get(name) if isinstance(self.hyperparameters, dict) else None
+            mask_hyperparameter(value)
 
-                mask_secret(_json.dumps(value))  # as it appears JSON-encoded in the request
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Mask the secrets as soon as their values are known: the task runner sends the rendered fields
+        (the UI's Rendered Template) right after this, before execute()."""
+        super().render_template_fields(context, jinja_env)
+        self.mask_secrets()
+
+    def make_trigger(self, backend: Any, name: str, description: dict[str, Any] | None = None,
+                     as_of: float | None = None):
+        trigger = super().make_trigger(backend, name, description, as_of)
+        trigger.secret_hyperparameters = list(self.secret_hyperparameters)  # names only: it masks the values
+        return trigger
 
     def execute(self, context: Any) -> dict[str, Any]:
         self.mask_secrets()
@@ -151,31 +171,47 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             self.log.info("Uploaded %s as %s", plan.source_dir, plan.source_uri)
         return plan.request
 
-    def persist_links(self, context: Any, job_name: str) -> None:
-        region = self.hook.region_name or "us-east-1"
-        backend = self.get_backend()
-        extra = {}
-        if backend.name == "local":
-            job_dir = backend.job_dir(self.kind, job_name)
-            extra = {"local_uri": f"file://{job_dir}"}
-        for link, uri in ((SageMakerTrainingJobLink, extra.get("local_uri")),
-                          (SageMakerTrainingLogsLink, extra and f"{extra['local_uri']}/logs")):
-            link.persist(context=context, operator=self, region_name=region, aws_partition="aws", job_name=job_name,
-                         **({"local_uri": uri} if uri else {}))
-
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
-        out = training_result(description, self.get_backend().name, self._plan)
+        from airflow_smdist.specs.distribution import resolve_distribution
+
+        out = training_result(description, self.get_backend().name, lr_scaling=self.lr_scaling,
+                              distribution=resolve_distribution(self.distribution, self.distributed))
         for name in self.secret_hyperparameters:
             if name in out["hyperparameters"]:
                 out["hyperparameters"][name] = "***"
+        if self.insight and out["status"] in TERMINAL_STATES:
+            digest = self.job_insight(description, lr_scaled=bool(out.get("lr_scaling") or self.lr_scaling))
+            if digest is not None:
+                out["insight"] = digest
         return out
 
+    def job_insight(self, description: dict[str, Any], *, lr_scaled: bool) -> dict[str, Any] | None:
+        """Convergence, per-host utilization and I/O of the finished job (see :mod:`airflow_smdist.insight`),
+        logged as one paragraph and stored next to the job's output. Never fails the task."""
+        from airflow_smdist.insight import job_insight
 
-def training_result(description: dict[str, Any], backend_name: str, plan: Any = None) -> dict[str, Any]:
-    """The small, JSON-safe XCom result of a training job (the full description stays on the backend)."""
+        try:
+            summary, digest = job_insight(self.get_backend(), description, lr_scaled=lr_scaled)
+        except Exception as exc:  # noqa: BLE001 - insight is advice; the job's own result stands
+            self.log.warning("No insight for job %s: %s", description.get("TrainingJobName"), exc)
+            return None
+        self.log.info("Insight: %s", summary["reading"])
+        self.log.info("Insight summary %s, plot %s", digest["summary_uri"], digest["plot_uri"])
+        return digest
+
+
+def training_result(description: dict[str, Any], backend: Any, *, lr_scaling: dict[str, Any] | None = None,
+                    distribution: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The small, JSON-safe XCom result of a training job (the full description stays on the backend).
+
+    Everything comes from the job's description, so the result is the same in whichever process builds it:
+    the try that submitted the job, a retry that reattached, or ``execute_complete`` after a deferral.
+    ``backend`` is a Backend or its name."""
+    backend_name = getattr(backend, "name", backend)
     from airflow_smdist.backends.local.contract import decode_hyperparameters, split_hyperparameters
 
-    user_hps, _fixed, _extra = split_hyperparameters(decode_hyperparameters(description.get("HyperParameters", {})))
+    all_hps = decode_hyperparameters(description.get("HyperParameters", {}))
+    user_hps, _fixed, _extra = split_hyperparameters(all_hps)
     resources = description.get("ResourceConfig", {})
     out = {
         "job_name": description["TrainingJobName"],
@@ -197,11 +233,42 @@ def training_result(description: dict[str, Any], backend_name: str, plan: Any = 
     }
     if description.get("FailureReason"):
         out["failure_reason"] = description["FailureReason"]
-    if plan is not None and plan.lr_scaling is not None:
-        s = plan.lr_scaling
-        out["lr_scaling"] = {"global_batch_size": s.global_batch_size, "learning_rate": s.learning_rate,
-                             "warmup_epochs": s.warmup_epochs, "world_size": plan.world_size}
+    if lr_scaling:
+        out["lr_scaling"] = lr_scaling_of_job(description, all_hps, lr_scaling, distribution)
     return out
+
+
+def lr_scaling_of_job(description: dict[str, Any], hyperparameters: dict[str, Any], lr_scaling: dict[str, Any],
+                      distribution: dict[str, Any] | None) -> dict[str, Any]:
+    """What the linear scaling rule gave the job: the learning rate and warm-up it was started with (its
+    hyperparameters, named as ``lr_scaling`` names them), and the world size and global batch of its
+    resources (the same arithmetic as :func:`airflow_smdist.specs.training.build_training`)."""
+    from airflow_smdist.specs import best_practices
+    from airflow_smdist.specs.training import _as_int
+
+    resources = description.get("ResourceConfig", {})
+    groups = resources.get("InstanceGroups") or []
+    if groups:
+        instance_type, count = groups[0]["InstanceType"], sum(int(g["InstanceCount"]) for g in groups)
+    else:
+        instance_type, count = resources.get("InstanceType"), int(resources.get("InstanceCount") or 1)
+    world = best_practices.world_size(instance_type, count, distribution)
+    per_device = _as_int(lr_scaling.get("per_device_batch_size"), "lr_scaling.per_device_batch_size")
+    return {"global_batch_size": per_device * world,
+            "learning_rate": hyperparameters.get(lr_scaling.get("hyperparameter", "learning_rate")),
+            "warmup_epochs": hyperparameters.get(lr_scaling.get("warmup_hyperparameter", "warmup_epochs")),
+            "world_size": world}
+
+
+def _distributed_dict(distributed: Any) -> Any:
+    """An SDK v3 ``Torchrun``/``MPI``/``SMP`` object becomes its dict form (``{"torchrun": {...}}``) here, so
+    the operator holds plain data (templated, serialized with the DAG) and never imports the SDK."""
+    from airflow_smdist.specs.distribution import V3_CONFIGS
+
+    kind = type(distributed).__name__.lower()
+    if kind in V3_CONFIGS and hasattr(distributed, "model_dump"):
+        return {kind: distributed.model_dump(exclude_none=True)}
+    return distributed
 
 
 class _ForwardTo(logging.Handler):

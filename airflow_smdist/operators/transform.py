@@ -30,17 +30,16 @@ or ``model_name`` alone names an existing model.
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
 from airflow_smdist._compat import AirflowException, BaseOperator
-from airflow_smdist.backends.base import OPERATIONS, TERMINAL_STATES, BackendError, JobNotFound
-from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, stable_job_name
+from airflow_smdist.backends.base import BackendError
+from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, require_role, stable_job_name
+from airflow_smdist.operators.links import SmdistConsoleLink, persist_console_links
 
-DEFAULT_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
 FAN_OUTS = ("transform", "processing", "jobs")
 MAX_GENERATIONS = 99
 #: room kept in generated job names for "-gNN" (re-run generations), "-sNNN" (shards) and "-rNN" (attempts)
@@ -52,7 +51,7 @@ RECORD_ARGS = ("content_type", "accept", "split_type", "compression", "batch_str
                "invocations_timeout", "invocations_max_retries")
 
 
-class SageMakerBatchInferenceJobLink(BaseAwsLink):
+class SageMakerBatchInferenceJobLink(SmdistConsoleLink):
     name = "SageMaker batch inference job"
     key = "smdist_batch_inference_job"
     format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/{jobs_path}/{job_name}"
@@ -218,7 +217,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
     kind = "transform"
     name_prefix = "smdist-batch"
     template_fields: Sequence[str] = (
-        "job_name", "backend", "input_uri", "output_uri", "fan_out", "model_name", "model_data", "image_uri",
+        "job_name", "backend", "deferrable", "input_uri", "output_uri", "fan_out", "model_name", "model_data", "image_uri",
         "framework", "framework_version", "py_version", "entry_point", "source_dir", "model_environment", "role",
         "instance_type", "instance_count", "shards", "shard", "environment", "s3_data_type", "tags",
         *RECORD_ARGS)
@@ -229,7 +228,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                  model_name: str | None = None, model_data: str | None = None, image_uri: str | None = None,
                  framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
                  entry_point: str | None = None, source_dir: str | None = None, program: str = "inference.py",
-                 model_environment: dict[str, str] | None = None, role: str = DEFAULT_ROLE,
+                 model_environment: dict[str, str] | None = None, role: str | None = None,
                  instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1, shards: int | str = 2,
                  shard: dict | None = None, shard_retries: int = 2, s3_data_type: str = "S3Prefix",
                  content_type: str | None = "text/csv", accept: str | None = None, split_type: str | None = "Line",
@@ -279,7 +278,6 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         self.max_runtime = max_runtime
         self.tags = tags
         self._model: dict | None = None
-        self._running_jobs: list[str] = []
         if fan_out == "processing":
             self.kind = "processing"
 
@@ -425,6 +423,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         sharding.check_prefixes(self.input_uri, self.output_uri)
         _checked_settings(self.settings())
         backend = self.get_backend()
+        require_role(self, backend.name)
         storage = storage_for(backend)
         if self.fan_out == "jobs" and self.shard is None:
             if self.deferrable:
@@ -461,44 +460,22 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         return self._conclude(storage, objects, jobs, processed, write=self.shard is None)
 
     def _finish(self, backend, name: str, context: Any, objects: int | None = None) -> dict:
-        self._running_job = name
-        if backend.name == "sagemaker":
-            self.persist_links(context, name)
+        self.lifecycle.track(name)
+        self.persist_links(context, name)
         if not self.wait_for_completion:
-            return self._job_summary(backend.describe(self.kind, name), objects)
-        if self.deferrable:
-            as_of = time.time()
-            description = backend.describe(self.kind, name)
-            if description[OPERATIONS[self.kind]["status_key"]] not in TERMINAL_STATES:
-                self.defer(trigger=self.make_trigger(backend, name, description, as_of,
-                                                     cursor_key=f"{name}/{getattr(context['ti'], 'try_number', 0)}"),
-                           method_name="execute_complete",
-                           timeout=self.deferral_timeout(description))
-        description = self.wait(backend, name)
-        self._running_job = None
-        summary = self._job_summary(description, objects)
-        status = description[OPERATIONS[self.kind]["status_key"]]
-        if status != "Completed":
-            summary["failure_reason"] = description.get("FailureReason") or status
-        return summary
+            return self._job_summary(self.lifecycle.describe(name), objects)
+        return self._job_summary(self.wait_or_defer(name), objects)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Back from the trigger: the completeness check and the manifest, as the waiting path ends."""
         self._check_arguments()
         backend = self.get_backend()
         storage = storage_for(backend)
-        name = event["job_name"]
-        try:
-            description = backend.describe(self.kind, name)
-        except JobNotFound:
-            raise AirflowException(f"{self.kind} job {name}: {event.get('failure_reason')}") from None
+        description = self.describe_after_trigger(event)
         objects = self._objects(storage)
         processed = self._processed_by(storage, description, objects)
         job = self._job_summary(description, len(processed))
         job["_objects"] = processed
-        if self.print_logs and job["status"] != "Completed":
-            events, _ = backend.log_events(self.kind, name)
-            self._last_lines = [e.format() for e in events][-20:]
         return self._conclude(storage, objects, [job], processed, write=self.shard is None)
 
     def _objects(self, storage) -> list:
@@ -520,13 +497,13 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         return [o.uri for o in list_inputs(storage, uri, self.output_uri, "ManifestFile")]
 
     def _job_summary(self, description: dict, objects: int | None = None) -> dict:
-        keys = OPERATIONS[self.kind]
-        out = {"job_name": description[keys["name_key"]], "kind": self.kind,
-               "status": description[keys["status_key"]]}
+        lifecycle = self.lifecycle
+        out = {"job_name": lifecycle.info.job_name(description), "kind": self.kind,
+               "status": lifecycle.status(description)}
         if objects is not None:
             out["objects"] = objects
-        if description.get("FailureReason"):
-            out["failure_reason"] = description["FailureReason"]
+        if out["status"] in ("Failed", "Stopped"):
+            out["failure_reason"] = lifecycle.failure_reason(description)
         return out
 
     def _conclude(self, storage, objects: list, jobs: list[dict], processed: list[str], *, write: bool = True):
@@ -556,7 +533,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         if failed or not report.complete:
             reasons = "; ".join(f"{j['kind']} job {j['job_name']} ended {j['status']}: {j.get('failure_reason')}"
                                 for j in failed)
-            tail = "\n".join(getattr(self, "_last_lines", [])[-10:])
+            tail = "\n".join(self._last_lines[-10:])
             raise AirflowException((reasons + "\n" if reasons else "") + report.describe()
                                    + (f"\nManifest: {summary['manifest_uri']}" if summary.get("manifest_uri") else "")
                                    + (f"\nLast log lines:\n{tail}" if tail and failed else ""))
@@ -614,56 +591,46 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         return self._conclude(storage, objects, jobs, processed)
 
     def _run_shard_jobs(self, backend, storage, base_g: str, shards: list[dict], context: Any) -> list[dict]:
-        status_key = OPERATIONS[self.kind]["status_key"]
-        active: dict[int, str] = {}
+        lifecycle = self.lifecycle
         attempts: dict[int, int] = {}
         done: dict[int, dict] = {}
+        shard_of: dict[str, int] = {}
 
-        def start(index: int) -> None:
+        def start(index: int) -> str | None:
+            """The shard's job to watch (None when an earlier try's job already completed it)."""
             shard = shards[index]
-            name, action = self.choose_job(backend, f"{base_g}-s{shard['index']}")
-            if action == "create":
-                request = self.make_request(backend, storage, name, shard["manifest_uri"], "ManifestFile")
-                backend.submit(self.kind, request)
+            started = lifecycle.choose(f"{base_g}-s{shard['index']}")
+            if started.action == "create":
+                request = self.make_request(backend, storage, started.name, shard["manifest_uri"], "ManifestFile")
+                lifecycle.submit(request)
                 attempts[index] = attempts.get(index, 0) + 1
-                self.log.info("Shard %d: started %s over %d object(s).", shard["index"], name, shard["objects"])
-            elif action == "reattach-completed":
-                done[index] = self._job_summary(backend.describe(self.kind, name), shard["objects"])
-                return
-            active[index] = name
+                self.log.info("Shard %d: started %s over %d object(s).", shard["index"], started.name,
+                              shard["objects"])
+            elif started.action == "reattach-completed":
+                done[index] = self._job_summary(lifecycle.describe(started.name), shard["objects"])
+                return None
+            shard_of[started.name] = index
+            return started.name
 
-        for i in range(len(shards)):
-            start(i)
-        cursors: dict[str, Any] = {}
-        self._running_jobs = list(active.values())
-        while active:
-            for index, name in list(active.items()):
-                description = backend.describe(self.kind, name)
-                if self.print_logs:
-                    try:
-                        events, cursors[name] = backend.log_events(self.kind, name, cursors.get(name))
-                    except Exception:  # noqa: BLE001 - logs are best effort
-                        events = []
-                    for event in events:
-                        self.log.info("%s %s", name, event.format())
-                status = description[status_key]
-                if status not in TERMINAL_STATES:
-                    continue
-                del active[index]
-                if status == "Completed":
-                    done[index] = self._job_summary(description, shards[index]["objects"])
-                    self.log.info("Shard %d: %s completed.", shards[index]["index"], name)
-                elif attempts.get(index, 0) <= int(self.shard_retries):
-                    self.log.warning("Shard %d: %s ended %s (%s); retrying this shard alone.",
-                                     shards[index]["index"], name, status, description.get("FailureReason"))
-                    start(index)
-                else:
-                    done[index] = self._job_summary(description, shards[index]["objects"])
-                    self.log.error("Shard %d: %s ended %s after %d attempt(s): %s", shards[index]["index"], name,
-                                   status, attempts.get(index, 0), description.get("FailureReason"))
-            self._running_jobs = list(active.values())
-            if active:
-                backend.wait_for_change(self.kind, list(active.values()), self.poll_interval)
+        def ended(name: str, description: dict) -> str | None:
+            index = shard_of[name]
+            number = shards[index]["index"]
+            summary = self._job_summary(description, shards[index]["objects"])
+            if summary["status"] == "Completed":
+                done[index] = summary
+                self.log.info("Shard %d: %s completed.", number, name)
+                return None
+            if attempts.get(index, 0) <= int(self.shard_retries):
+                self.log.warning("Shard %d: %s ended %s (%s); retrying this shard alone.", number, name,
+                                 summary["status"], summary["failure_reason"])
+                return start(index)
+            done[index] = summary
+            self.log.error("Shard %d: %s ended %s after %d attempt(s): %s", number, name, summary["status"],
+                           attempts.get(index, 0), summary["failure_reason"])
+            return None
+
+        watch = [name for name in (start(i) for i in range(len(shards))) if name]
+        lifecycle.wait_all(watch, ended)
         out = []
         for i in sorted(done):
             from airflow_smdist.specs import sharding
@@ -675,26 +642,6 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             out.append(done[i])
         return out
 
-    def on_kill(self) -> None:
-        names = list(self._running_jobs) or ([self._running_job] if self._running_job else [])
-        if not (names and self.stop_on_kill):
-            return
-        backend = self.get_backend()
-        for name in names:
-            self.log.info("Task killed: stopping %s job %s.", self.kind, name)
-            try:
-                backend.stop(self.kind, name)
-            except Exception as exc:  # noqa: BLE001 - stop the others anyway
-                self.log.warning("could not stop %s: %s", name, exc)
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            names = [n for n in names
-                     if backend.describe(self.kind, n)[OPERATIONS[self.kind]["status_key"]] not in TERMINAL_STATES]
-            if not names:
-                return
-            time.sleep(min(2.0, self.poll_interval))
-        self.log.warning("%s job(s) %s did not stop within 180 s.", self.kind, ", ".join(names))
-
     # -- SmdistJobOperator hooks -------------------------------------------------------------------------
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
         return self._job_summary(description)
@@ -704,9 +651,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         return [str(self.input_uri)], [str(self.output_uri)]
 
     def persist_links(self, context: Any, job_name: str) -> None:
-        SageMakerBatchInferenceJobLink.persist(
-            context=context, operator=self, region_name=self.hook.region_name or "us-east-1", aws_partition="aws",
-            job_name=job_name, jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
+        persist_console_links(self, context, job_name,
+                              jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
 
 
 class _StepOperator(BaseOperator):
@@ -803,8 +749,9 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
         return summary
 
 
-def transform_result(description: dict[str, Any], backend_name: str) -> dict[str, Any]:
+def transform_result(description: dict[str, Any], backend: Any) -> dict[str, Any]:
     """The small, JSON-safe result of one transform job (for sensors)."""
+    backend_name = getattr(backend, "name", backend)  # a Backend or its name
     res = description.get("TransformResources") or {}
     out = {"job_name": description["TransformJobName"], "job_arn": description.get("TransformJobArn"),
            "status": description["TransformJobStatus"], "backend": backend_name,

@@ -13,10 +13,11 @@ import os
 import tempfile
 from typing import Any, Sequence
 
-from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK, BaseAwsLink
+from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
-from airflow_smdist.operators.base import NAME_LIMIT, isoformat, stable_job_name
+from airflow_smdist.operators.base import NAME_LIMIT, isoformat, require_role, stable_job_name
+from airflow_smdist.operators.links import SmdistConsoleLink
 from airflow_smdist.operators.training import TRAINING_ARGS, SageMakerDistributedTrainingOperator, _ForwardTo
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ TUNING_ARGS = (
 assert NAME_LIMIT >= TUNING_NAME_LIMIT
 
 
-class SageMakerTuningJobLink(BaseAwsLink):
+class SageMakerTuningJobLink(SmdistConsoleLink):
     name = "SageMaker tuning job"
     key = "smdist_tuning_job"
     format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/hyper-tuning-jobs/{job_name}"
@@ -63,7 +64,7 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
 
     kind = "tuning"
     name_prefix = "hpo"
-    template_fields: Sequence[str] = ("job_name", "backend", *TRAINING_ARGS, *TUNING_ARGS, "results_path")
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *TRAINING_ARGS, *TUNING_ARGS, "results_path")
     template_fields_renderers = {**SageMakerDistributedTrainingOperator.template_fields_renderers,
                                  "hyperparameter_ranges": "json"}
     operator_extra_links = (SageMakerTuningJobLink(),)
@@ -106,6 +107,7 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
                                limit=TUNING_NAME_LIMIT)
 
     def plan(self, job_name: str, backend_name: str):
+        require_role(self, backend_name)  # before anything is built or uploaded
         from airflow_smdist.specs.tuning import build_tuning
 
         spec_log = logging.getLogger("airflow_smdist.specs")
@@ -119,10 +121,6 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
         finally:
             if handler:
                 spec_log.removeHandler(handler)
-
-    def persist_links(self, context: Any, job_name: str) -> None:
-        SageMakerTuningJobLink.persist(context=context, operator=self, region_name=self.hook.region_name or "us-east-1",
-                                       aws_partition="aws", job_name=job_name)
 
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
         backend = self.get_backend()

@@ -13,12 +13,10 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, Sequence
 
 from airflow_smdist._compat import AirflowException
-from airflow_smdist.backends.base import OPERATIONS
-from airflow_smdist.operators.base import NAME_LIMIT, stable_job_name
+from airflow_smdist.operators.base import NAME_LIMIT, require_role, stable_job_name
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
 
 
@@ -104,29 +102,14 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
         return self.run_links(context, 1, [])
 
     def run_links(self, context: Any, start: int, links: list[dict]) -> dict[str, Any]:
-        backend = self.get_backend()
+        require_role(self, self.get_backend().name)
         for link in range(start, self.max_links + 1):
             if self.finished(links[-1] if links else None):
                 break
-            name, action = self.choose_job(backend, self.link_base(context, link))
-            if action == "create":
-                backend.submit(self.kind, self.build_request(name, backend.name, context))
-                self.log.info("Chain link %d/%d: started %s.", link, self.max_links, name)
-            else:
-                self.log.info("Chain link %d/%d: %s (%s).", link, self.max_links, name, action)
-            self._running_job = name
-            if self.deferrable:
-                as_of = time.time()
-                description = backend.describe(self.kind, name)
-                if description[OPERATIONS[self.kind]["status_key"]] not in ("Completed", "Failed", "Stopped"):
-                    self.defer(trigger=self.make_trigger(backend, name, description, as_of,
-                                                         cursor_key=f"{name}/{getattr(context['ti'], 'try_number', 0)}"),
-                               method_name="link_complete",
-                               kwargs={"link": link, "links": links}, timeout=self.deferral_timeout(description))
-            else:
-                description = self.wait(backend, name)
+            name = self.start_job(context, self.link_base(context, link))
+            self.log.info("Chain link %d/%d: %s.", link, self.max_links, name)
+            description = self.wait_or_defer(name, method_name="link_complete", kwargs={"link": link, "links": links})
             links.append(self.link_result(description))
-            self._running_job = None
         finished = self.finished(links[-1] if links else None)
         if not finished:
             raise AirflowException(f"training not finished after {self.max_links} links of at most "
@@ -138,7 +121,7 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
 
     def link_complete(self, context: Any, event: dict[str, Any], link: int, links: list[dict]) -> dict[str, Any]:
         self.mask_secrets()
-        description = self.get_backend().describe(self.kind, event["job_name"])
+        description = self.describe_after_trigger(event)
         links = list(links) + [self.link_result(description)]
         return self.run_links(context, link + 1, links)
 

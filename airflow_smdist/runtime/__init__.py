@@ -5,7 +5,9 @@
     c.hosts, c.current_host, c.master_addr, c.master_port, c.host_rank, c.rank, c.world_size, c.is_master
 
 Read from ``resourceconfig.json`` (training: ``<base>/input/config``, processing: ``<base>/config``, where
-``<base>`` is ``SAGEMAKER_BASE_DIR`` or ``/opt/ml``), falling back to the SM_* variables. Process ranks come
+``<base>`` is ``SAGEMAKER_BASE_DIR`` or ``/opt/ml``), falling back to the SM_* variables. ``channels`` maps
+each input to its directory: training channels from SM_CHANNEL_*, processing inputs from
+``<base>/config/processingjobconfig.json`` (their LocalPath). Process ranks come
 from the launcher's variables (torchrun's RANK / WORLD_SIZE / LOCAL_RANK, Open MPI's OMPI_COMM_WORLD_*),
 and default to one process per host. Imports nothing outside the standard library.
 """
@@ -70,6 +72,29 @@ def resource_config() -> dict:
     return {"hosts": ["algo-1"], "current_host": "algo-1", "current_instance_type": "local"}
 
 
+#: inputs a processing job gets from the provider itself, not from the DAG author
+_OWN_PROCESSING_INPUTS = ("code", "smdist-function")
+
+
+def processing_inputs() -> dict[str, str]:
+    """Input name -> local directory of a processing job's S3 inputs (empty outside processing jobs)."""
+    base = _base_dir()
+    try:
+        with open(os.path.join(base, "config", "processingjobconfig.json")) as f:
+            config = json.load(f)
+    except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError):
+        return {}
+    out = {}
+    for item in config.get("ProcessingInputs") or []:
+        local = (item.get("S3Input") or {}).get("LocalPath")
+        if not local or item.get("InputName") in _OWN_PROCESSING_INPUTS:
+            continue
+        if base != "/opt/ml" and local.startswith("/opt/ml/"):
+            local = base + local[len("/opt/ml"):]
+        out[item["InputName"]] = local
+    return out
+
+
 def _int_env(*names: str) -> int | None:
     for n in names:
         if os.environ.get(n, "").strip().lstrip("-").isdigit():
@@ -90,6 +115,8 @@ def cluster() -> Cluster:
     for key, value in os.environ.items():
         if key.startswith("SM_CHANNEL_"):
             channels[key[len("SM_CHANNEL_"):].lower()] = value
+    if not channels:
+        channels = processing_inputs()
     try:
         hps = json.loads(os.environ.get("SM_HPS", "{}"))
     except ValueError:

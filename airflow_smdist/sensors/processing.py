@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from airflow_smdist.sensors.base import SmdistJobSensor
 
 
@@ -14,14 +12,3 @@ class SmdistProcessingSensor(SmdistJobSensor):
     provider has a ``SageMakerProcessingSensor`` (SageMaker only)."""
 
     kind = "processing"
-
-    def failure_reason(self, description: dict[str, Any]) -> str:
-        reason = description.get("FailureReason") or description["ProcessingJobStatus"]
-        if description.get("ExitMessage"):
-            reason += f" (ExitMessage: {description['ExitMessage']})"
-        return reason
-
-    def result(self, description: dict[str, Any], backend) -> dict[str, Any]:
-        from airflow_smdist.operators.processing import processing_result
-
-        return processing_result(description, backend.name)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from airflow_smdist.sensors.base import SmdistJobSensor
 
 
@@ -12,8 +10,3 @@ class SageMakerDistributedTrainingSensor(SmdistJobSensor):
     Failed or Stopped. Works on both backends; returns the job's small result dict via XCom."""
 
     kind = "training"
-
-    def result(self, description: dict[str, Any], backend) -> dict[str, Any]:
-        from airflow_smdist.operators.training import training_result
-
-        return training_result(description, backend.name)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from airflow_smdist._compat import AirflowException, BaseSensorOperator
-from airflow_smdist.backends.base import OPERATIONS, TERMINAL_STATES
+from airflow_smdist._compat import AirflowException
+from airflow_smdist.sensors.base import SmdistSensorBase
 
 
-class SageMakerShardedBatchInferenceSensor(BaseSensorOperator):
+class SageMakerShardedBatchInferenceSensor(SmdistSensorBase):
     """Succeeds when every job in ``job_names`` (transform jobs, or processing jobs with
     ``kind='processing'``) is Completed; fails with their FailureReasons as soon as one ends Failed or Stopped.
 
@@ -23,42 +24,36 @@ class SageMakerShardedBatchInferenceSensor(BaseSensorOperator):
     def __init__(self, *, job_names: str | list[str], kind: str = "transform", backend: str | None = None,
                  input_uri: str | None = None, output_uri: str | None = None,
                  record_settings: dict[str, Any] | None = None, check_records: bool | None = None,
-                 smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
-                 region_name: str | None = None, **kwargs: Any) -> None:
-        kwargs.setdefault("poke_interval", 30)
-        super().__init__(**kwargs)
+                 **kwargs: Any) -> None:
+        super().__init__(backend=backend, **kwargs)
         self.job_names = job_names
         self.kind = kind
-        self.backend = backend
         self.input_uri = input_uri
         self.output_uri = output_uri
         self.record_settings = dict(record_settings or {"content_type": "text/csv", "split_type": "Line",
                                                         "batch_strategy": "MultiRecord", "assemble_with": "Line"})
         self.check_records = check_records
-        self.smdist_conn_id = smdist_conn_id
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
 
     def poke(self, context: Any):
         from airflow_smdist._compat import PokeReturnValue
-        from airflow_smdist.hooks.smdist import SmdistHook
 
         if self.kind not in ("transform", "processing"):
             raise AirflowException(f"kind {self.kind!r}: use 'transform' or 'processing'")
-        backend = SmdistHook(self.smdist_conn_id, aws_conn_id=self.aws_conn_id,
-                             region_name=self.region_name).get_backend(self.backend)
+        lifecycle = self.lifecycle
+        backend = lifecycle.backend
         names = [self.job_names] if isinstance(self.job_names, str) else list(self.job_names)
-        keys = OPERATIONS[self.kind]
+        descriptions = self.describe_all(names)
+        if descriptions is None:
+            return False
         results, waiting, failed = [], [], []
-        for name in names:
-            d = backend.describe(self.kind, name)
-            status = d[keys["status_key"]]
+        for name, d in zip(names, descriptions):
+            status = lifecycle.status(d)
             results.append({"job_name": name, "kind": self.kind, "status": status,
                             **({"failure_reason": d["FailureReason"]} if d.get("FailureReason") else {})})
-            if status not in TERMINAL_STATES:
+            if not lifecycle.ended(d):
                 waiting.append(name)
-            elif status != "Completed":
-                failed.append(f"{self.kind} job {name} ended {status}: {d.get('FailureReason') or status}")
+            elif (error := lifecycle.failure(d)) is not None:
+                failed.append(str(error))
         if failed:
             raise AirflowException("; ".join(failed))
         if waiting:

@@ -19,8 +19,3 @@ class SmdistTuningSensor(SmdistJobSensor):
         counters = description.get("TrainingJobStatusCounters") or {}
         return (f"{description['HyperParameterTuningJobStatus']} (training jobs: "
                 + (", ".join(f"{k} {v}" for k, v in counters.items() if v) or "none yet") + ")")
-
-    def result(self, description: dict[str, Any], backend) -> dict[str, Any]:
-        from airflow_smdist.operators.tuning import tuning_result
-
-        return tuning_result(description, backend)

@@ -550,3 +550,109 @@ def _hyperparameters(distribution: dict, instance_type: str, group_names: list[s
         hp[HP_TORCH_DISTRIBUTED] = True
         hp[HP_INSTANCE_TYPE] = instance_type
     return hp
+
+
+# ------------------------------------------------------------------------- SDK v3 distributed configurations
+
+#: SDK v3 ``sagemaker.train.distributed`` classes -> their fields (``ModelTrainer(distributed=...)``).
+V3_CONFIGS: dict[str, tuple[str, ...]] = {
+    "torchrun": ("process_count_per_node", "smp"),
+    "mpi": ("process_count_per_node", "mpi_additional_options"),
+    "smp": ("hybrid_shard_degree", "sm_activation_offloading", "activation_loading_horizon",
+            "fsdp_cache_flush_warnings", "allow_empty_shards", "tensor_parallel_degree", "context_parallel_degree",
+            "expert_parallel_degree", "random_seed"),
+}
+
+
+def _v3_dict_form(distributed: Any) -> tuple[str, dict[str, Any]]:
+    """An SDK v3 object (duck-typed by class name and pydantic's ``model_dump``, so the SDK is not imported)
+    or its dict form ``{"torchrun": {...}}`` / ``{"mpi": {...}}`` / ``{"smp": {...}}`` -> (kind, fields)."""
+    kind = type(distributed).__name__.lower()
+    if kind in V3_CONFIGS and hasattr(distributed, "model_dump"):
+        return kind, dict(distributed.model_dump(exclude_none=True))
+    if isinstance(distributed, dict) and len(distributed) == 1:
+        (key, fields), = distributed.items()
+        kind = str(key).lower()
+        if kind in V3_CONFIGS:
+            if fields is None:
+                fields = {}
+            if not isinstance(fields, dict):
+                raise SpecError(f"distributed.{key}", f"must be a dict of {kind} settings, not "
+                                                      f"{type(fields).__name__}.", f"write {{'{key}': {{}}}}.")
+            return kind, {k: v for k, v in fields.items() if v is not None}
+        close = difflib.get_close_matches(kind, list(V3_CONFIGS), n=1)
+        raise SpecError(f"distributed.{key}", "is not an SDK v3 distributed configuration.",
+                        f"did you mean '{close[0]}'?" if close else "use torchrun, mpi or smp.")
+    raise SpecError("distributed", f"{distributed!r} is not an SDK v3 distributed configuration.",
+                    "give Torchrun(...), MPI(...) or SMP(...) from sagemaker.train.distributed, or their dict forms "
+                    "{'torchrun': {...}}, {'mpi': {...}}, {'smp': {...}}.")
+
+
+def _check_v3_fields(kind: str, fields: dict[str, Any], where: str) -> None:
+    for name in fields:
+        if name not in V3_CONFIGS[kind]:
+            close = difflib.get_close_matches(str(name), V3_CONFIGS[kind], n=1)
+            raise SpecError(f"{where}.{name}", f"is not a field of {kind}.",
+                            f"did you mean '{close[0]}'?" if close else f"use {', '.join(V3_CONFIGS[kind])}.")
+
+
+def from_distributed(distributed: Any) -> dict[str, Any] | None:
+    """The SDK v2 ``distribution=`` dict that asks the training containers for what an SDK v3
+    ``ModelTrainer(distributed=...)`` configuration asks for, so both build the same request:
+
+    * ``Torchrun()`` / ``{"torchrun": {}}`` -> ``{"torch_distributed": {"enabled": True}}``;
+    * ``Torchrun(smp=SMP(**p))`` (and ``SMP(**p)`` alone) -> SMP v2:
+      ``{"torch_distributed": {"enabled": True}, "smdistributed": {"modelparallel": {"enabled": True,
+      "parameters": p}}}`` (``mp_parameters`` then carries ``p`` as ``SMP._to_mp_hyperparameters`` does);
+    * ``MPI(process_count_per_node=P, mpi_additional_options=[...])`` -> ``{"mpi": {"enabled": True,
+      "processes_per_host": P, "custom_mpi_options": "<options joined by spaces>"}}``.
+
+    ``Torchrun(process_count_per_node=...)`` has no counterpart in the contract the training containers read
+    (their torchrun launcher starts one process per GPU, one per host without GPUs): it is refused with that
+    fix rather than silently ignored. None -> None.
+    """
+    if distributed is None:
+        return None
+    kind, fields = _v3_dict_form(distributed)
+    _check_v3_fields(kind, fields, f"distributed.{kind}")
+    if kind == "mpi":
+        mpi: dict[str, Any] = {"enabled": True}
+        if "process_count_per_node" in fields:
+            mpi["processes_per_host"] = fields["process_count_per_node"]
+        options = fields.get("mpi_additional_options")
+        if options:
+            if isinstance(options, str) or not all(isinstance(o, str) for o in options):
+                raise SpecError("distributed.mpi.mpi_additional_options", f"{options!r} is not a list of strings.",
+                                "give e.g. ['-x', 'NCCL_DEBUG=INFO'].")
+            mpi["custom_mpi_options"] = " ".join(options)
+        return {"mpi": mpi}
+    if kind == "smp":
+        fields = {"smp": fields}
+    elif fields.get("process_count_per_node") is not None:
+        raise SpecError("distributed.torchrun.process_count_per_node",
+                        "has no counterpart in the training containers' contract: their torchrun launcher starts "
+                        "one process per GPU (one per host on CPU instances).",
+                        "drop process_count_per_node (or use MPI(process_count_per_node=...)).")
+    out: dict[str, Any] = {"torch_distributed": {"enabled": True}}
+    smp = fields.get("smp")
+    if smp is not None:
+        if hasattr(smp, "model_dump"):
+            smp = smp.model_dump(exclude_none=True)
+        if not isinstance(smp, dict):
+            raise SpecError("distributed.torchrun.smp", f"{smp!r} is not an SMP configuration.",
+                            "give SMP(...) or a dict of SMP v2 parameters.")
+        smp = {k: v for k, v in smp.items() if v is not None}
+        _check_v3_fields("smp", smp, "distributed.smp")
+        out["smdistributed"] = {"modelparallel": {"enabled": True, "parameters": smp}}
+    return out
+
+
+def resolve_distribution(distribution: dict[str, Any] | None, distributed: Any) -> dict[str, Any] | None:
+    """The one ``distribution`` dict a job uses: the SDK v2 ``distribution`` or the SDK v3 ``distributed``
+    (converted by :func:`from_distributed`), never both."""
+    if distributed is None:
+        return distribution
+    if distribution:
+        raise SpecError("distributed", "is given together with distribution.",
+                        "give the SDK v3 distributed=... or the SDK v2 distribution={...}, not both.")
+    return from_distributed(distributed)

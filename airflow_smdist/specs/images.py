@@ -268,6 +268,7 @@ def framework_image_uri(
     region: str,
     *,
     base_framework_version: str | None = None,
+    distribution: dict[str, Any] | None = None,
 ) -> str:
     """The AWS Deep Learning Container training image for a framework, e.g.
     ``framework_image_uri("pytorch", "2.5.1", "py311", "ml.g5.xlarge", "us-east-1")`` ->
@@ -276,8 +277,12 @@ def framework_image_uri(
     ``instance_type`` picks the CPU or GPU (or Neuron) variant, as in the SDK. For ``huggingface``,
     ``framework_version`` is the transformers version and ``base_framework_version`` the PyTorch (or
     TensorFlow) one, written ``"pytorch2.5.1"`` as the SDK does; a bare ``"2.5.1"`` is read as PyTorch.
-    ``py_version`` None lets the SDK pick its default. Raises SpecError, with the SDK's message, for a
-    version, Python version, region or base framework it has no image for.
+    ``py_version`` None lets the SDK pick its default. ``distribution`` (the SDK v2 ``distribution=`` dict)
+    picks the SageMaker model parallelism image for SMP v2 (``torch_distributed`` + enabled
+    ``smdistributed.modelparallel``), as the SDK's ``image_uris.get_training_image_uri`` does: framework
+    ``pytorch-smp`` (repository ``smdistributed-modelparallel``) with its CUDA container version. Raises
+    SpecError, with the SDK's message, for a version, Python version, region or base framework it has no
+    image for.
     """
     fw = (framework or "").lower()
     if fw not in FRAMEWORKS:
@@ -300,4 +305,28 @@ def framework_image_uri(
                             "pass base_framework_version='pytorch2.5.1' (for example).")
         base = str(base_framework_version)
         kwargs["base_framework_version"] = f"pytorch{base}" if base[:1].isdigit() else base
+    if fw == "pytorch" and is_smp_v2(distribution):
+        fw = "pytorch-smp"
+        kwargs["container_version"] = smp_container_version(framework_version, instance_type)
+        kwargs["distribution"] = distribution
     return retrieve_image_uri(fw, region, **kwargs)
+
+
+def is_smp_v2(distribution: dict[str, Any] | None) -> bool:
+    """SMP v2: ``torch_distributed`` with ``smdistributed.modelparallel`` not disabled (the SDK's test in
+    ``get_training_image_uri``: keys present, ``enabled`` defaulting to True)."""
+    if not isinstance(distribution, dict) or "torch_distributed" not in distribution:
+        return False
+    smd = distribution.get("smdistributed")
+    mp = smd.get("modelparallel") if isinstance(smd, dict) else None
+    return isinstance(mp, dict) and mp.get("enabled", True) is not False
+
+
+def smp_container_version(framework_version: str, instance_type: str) -> str:
+    """The CUDA tag part of the SMP v2 image, by the SDK's rule (``get_training_image_uri``): cu124 for
+    PyTorch 2.5, cu121 for 2.1-2.4 or p5 instances, cu118 otherwise."""
+    if "2.5" in framework_version:
+        return "cu124"
+    if "p5" in instance_type or any(v in framework_version for v in ("2.1", "2.2", "2.3", "2.4")):
+        return "cu121"
+    return "cu118"

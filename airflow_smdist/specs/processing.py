@@ -75,6 +75,37 @@ OUTPUT_KEYS = {
     "s3_upload_mode": "S3UploadMode", "upload_mode": "S3UploadMode",
     "app_managed": "AppManaged",
 }
+#: FrameworkProcessor (SDK 2.x) with ``source_dir``: the source bundle is unpacked in the code input and
+#: ``runproc.sh`` (its own input) runs the script; both uploaded to ``<code_location>/<job>/source/``.
+ENTRYPOINT_INPUT = "entrypoint"
+SOURCE_CODE_DIR = "/opt/ml/processing/input/code/"
+RUNPROC_COMMAND = ["/bin/bash", INPUT_BASE + ENTRYPOINT_INPUT + "/runproc.sh"]
+#: ``FrameworkProcessor._generate_framework_script`` of SDK 2.257.7 (no CodeArtifact repository), verbatim:
+#: tests/unit/test_sdk_v2_parity.py compares it with what that SDK uploads.
+RUNPROC_TEMPLATE = """#!/bin/bash
+
+cd /opt/ml/processing/input/code/
+tar -xzf sourcedir.tar.gz
+
+# Exit on any error. SageMaker uses error code to mark failed job.
+set -e
+
+if [[ -f 'requirements.txt' ]]; then
+    # Optionally log into CodeArtifact
+    if ! hash aws 2>/dev/null; then
+        echo "AWS CLI is not installed. Skipping CodeArtifact login."
+    else
+        echo 'CodeArtifact repository not specified. Skipping login.'
+    fi
+
+    # Some py3 containers has typing, which may breaks pip install
+    pip uninstall --yes typing
+
+    {command} -m pip install -r requirements.txt
+fi
+
+{command} {script} "$@"
+"""
 NETWORK_KEYS = ("enable_network_isolation", "encrypt_inter_container_traffic", "security_group_ids", "subnets")
 #: Frameworks whose image :func:`build_processing` looks up (``framework=``), and the image scope / default
 #: Python version the SDK's processors use for them (SKLearnProcessor: py3; FrameworkProcessor: training).
@@ -96,6 +127,10 @@ class Upload:
     field: str = ""
     #: a directory is accepted (local input sources), else a file is required (scripts, dependencies)
     allow_dir: bool = False
+    #: ``path`` (a directory) is packed as the gzipped tar ``uri`` (sourcedir.tar.gz) instead of copied
+    pack: bool = False
+    #: with ``pack``: the file the bundle must hold (the script), checked before uploading
+    entry_point: str | None = None
 
 
 @dataclass
@@ -710,6 +745,52 @@ def script_image_uri(framework: str, framework_version: str, region: str, instan
                               image_scope="training")
 
 
+def _s3_input(name: str, uri: str, local_path: str) -> dict[str, Any]:
+    return {"InputName": name, "S3Input": {"S3Uri": uri, "LocalPath": local_path, "S3DataType": "S3Prefix",
+                                           "S3InputMode": "File", "S3DataDistributionType": "FullyReplicated",
+                                           "S3CompressionType": "None"}}
+
+
+def _source_bundle(source_dir: str, code: str | None, command: list[str] | None, job_name: str,
+                   code_location: str | None, allow_local: bool,
+                   uploads: list[Upload]) -> tuple[list[dict[str, Any]], list[str]]:
+    """FrameworkProcessor's ``code`` + ``entrypoint`` inputs and entry point for a source bundle (SDK 2.x
+    ``_pack_and_upload_code``, ``_patch_inputs_with_payload``, ``_create_and_upload_runproc``)."""
+    if not isinstance(code, str) or not code:
+        raise SpecError("code", "is required with source_dir: it names the script in the directory.",
+                        "give code='process.py' (relative to source_dir).")
+    if _is_uri(code) or os.path.isabs(code) or "/" in code.strip("./"):
+        raise SpecError("code", f"{code!r} is not a script name at the top of source_dir.",
+                        "give the file name, e.g. code='process.py' (runproc.sh runs it from the unpacked "
+                        "source_dir, as the SDK's FrameworkProcessor does).")
+    cmd = _str_list(command, "command") if command is not None else ["python"]
+    if not cmd:
+        raise SpecError("command", "is empty.", "give the interpreter, e.g. ['python'].")
+    if not isinstance(source_dir, str) or not source_dir:
+        raise SpecError("source_dir", f"{source_dir!r} is not a directory or an S3 URI.",
+                        "give the local directory holding the script (or an s3:// sourcedir.tar.gz).")
+    source = _join(_prefix("code_location", code_location, job_name, f"source_dir {source_dir!r}", allow_local)
+                   .rsplit("/", 1)[0], "source")
+    if _is_uri(source_dir) and not source_dir.startswith("file://"):
+        _check_uri(source_dir, "source_dir", allow_local)
+        if not source_dir.endswith(".tar.gz"):
+            raise SpecError("source_dir", f"{source_dir!r} is an S3 URI but not a .tar.gz.",
+                            "point it at a sourcedir.tar.gz, or give a local directory.")
+        bundle = source_dir
+    else:
+        bundle = f"{source}/sourcedir.tar.gz"
+        path = source_dir.removeprefix("file://")
+        uploads.append(Upload(uri=bundle, what="source_dir", path=path, field="source_dir", pack=True,
+                              allow_dir=True, entry_point=code.lstrip("./") or code))
+    runproc = f"{source}/runproc.sh"
+    script = os.path.basename(code)
+    uploads.append(Upload(uri=runproc, what="runproc.sh", field="source_dir",
+                          data=RUNPROC_TEMPLATE.format(command=" ".join(cmd), script=script).encode("utf-8")))
+    inputs = [_s3_input(CODE_INPUT, bundle, SOURCE_CODE_DIR),
+              _s3_input(ENTRYPOINT_INPUT, runproc, INPUT_BASE + ENTRYPOINT_INPUT)]
+    return inputs, list(RUNPROC_COMMAND)
+
+
 def build_processing(
     *,
     job_name: str,
@@ -719,6 +800,7 @@ def build_processing(
     framework_version: str | None = None,
     py_version: str | None = None,
     code: str | None = None,
+    source_dir: str | None = None,
     command: list[str] | None = None,
     entrypoint: list[str] | None = None,
     arguments: list[Any] | None = None,
@@ -747,6 +829,14 @@ def build_processing(
     The image is ``image_uri``, or ``framework`` (sklearn, xgboost, pytorch, tensorflow) +
     ``framework_version`` looked up in the SDK's data. ``inputs`` / ``outputs`` as for
     :func:`build_pyspark_processing`.
+
+    With ``source_dir`` (a local directory, or an s3:// ``sourcedir.tar.gz``) and ``code`` (the script's name
+    in it): what SDK 2's ``FrameworkProcessor(...).run(code=code, source_dir=source_dir)`` sends. The
+    directory is packed as ``<code_location>/<job>/source/sourcedir.tar.gz`` (the ``code`` input, at
+    ``/opt/ml/processing/input/code/``) and a ``runproc.sh`` beside it (the ``entrypoint`` input) changes
+    into the code directory, unpacks the bundle, installs its ``requirements.txt`` and runs
+    ``command`` (default ``["python"]``) ``<code> <arguments>``; the entry point is
+    ``["/bin/bash", "/opt/ml/processing/input/entrypoint/runproc.sh"]``.
     """
     region = _region(region)
     uploads: list[Upload] = []
@@ -771,9 +861,14 @@ def build_processing(
                         "give code='preprocess.py', or put the whole command in entrypoint.")
     user_inputs = _inputs(inputs, job_name, code_location, allow_local_uris, uploads)
     user_outputs = _outputs(outputs, allow_local_uris)
-    _check_unique(user_inputs, user_outputs, (CODE_INPUT,) if code else (), ())
+    reserved = (CODE_INPUT, ENTRYPOINT_INPUT) if source_dir else (CODE_INPUT,) if code else ()
+    _check_unique(user_inputs, user_outputs, reserved, ())
     all_inputs = list(user_inputs)
-    if code:
+    if source_dir:
+        bundle_inputs, final_entrypoint = _source_bundle(source_dir, code, command, job_name, code_location,
+                                                         allow_local_uris, uploads)
+        all_inputs += bundle_inputs
+    elif code:
         cmd = _str_list(command, "command") if command is not None else ["python3"]
         if not cmd:
             raise SpecError("command", "is empty.", "give the interpreter, e.g. ['python3'] or ['bash'].")
@@ -812,7 +907,15 @@ def upload_plan(plan: ProcessingPlan, storage=None) -> list[str]:
             written.append(up.uri)
             continue
         path = up.path or ""
-        if os.path.isfile(path):
+        if up.pack and os.path.isdir(path):
+            from airflow_smdist.sourcedir import upload_source
+
+            try:
+                upload_source(path, up.entry_point, up.uri, storage)
+            except SpecError as exc:  # the bundle lacks the script: it is the code argument that is wrong
+                raise SpecError("code" if exc.field == "entry_point" else exc.field, exc.problem, exc.fix) from None
+            written.append(up.uri)
+        elif os.path.isfile(path):
             uri = _join(up.uri, os.path.basename(path))
             storage.upload(path, uri)
             written.append(uri)

@@ -140,10 +140,14 @@ def _get(spec: dict, key: str) -> Any:
 
 
 def encode_categorical(value: Any, script_mode: bool) -> str:
-    """Categorical values as the SDK sends them: JSON-encoded for script mode (Framework estimators; the
-    training toolkit json-decodes every hyperparameter), ``str`` of the value otherwise."""
+    """A categorical value as the SageMaker SDK v2 sends it. ``CategoricalParameter`` turns every value into
+    its ``str`` first; for script mode (Framework estimators) ``as_json_range`` then JSON-encodes that string,
+    so ``32`` is sent as ``"\\"32\\""`` and ``"adam"`` as ``"\\"adam\\""``: the training toolkit json-decodes
+    every hyperparameter, and the trial's script receives the *string* ``32`` (as with the SDK). Otherwise
+    (built-in algorithms, own images) the plain text is sent (``"32"``; booleans as ``"true"``/``"false"``,
+    as this project sends static hyperparameters to them)."""
     if script_mode:
-        return json.dumps(value)
+        return json.dumps(value if isinstance(value, str) else str(value))
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -96,7 +96,7 @@ def _botocore_error(operation_name: str, error_type: str, name: str, info: dict)
         return SpecError(f"{where}.{unknown}" if name else _field(operation_name, unknown),
                          "is not a member of this request.", fix)
     if error_type == "invalid type":
-        valid = ", ".join(t.__name__ for t in info.get("valid_types", ()))
+        valid = ", ".join(getattr(t, "__name__", str(t)) for t in info.get("valid_types", ()))
         param = info.get("param")
         return SpecError(where, f"has type {type(param).__name__} (value {param!r}).",
                          f"give a value of type {valid}.")

@@ -6,7 +6,8 @@ Every trigger of this provider that waits for a job registers with one :class:`C
 changed (status, secondary status) to its trigger. A trigger starts from the status its operator saw just
 before deferring (``job_status``, ``as_of``), so first sight costs nothing either: the List call asks for
 changes since the oldest ``as_of``. The only Describe of a job's wait is the one in ``execute_complete``.
-Throttling errors back off with jitter and never fail a task. The local backend's jobs are watched the same
+Throttling errors back off with jitter and never fail a task (:func:`airflow_smdist.lifecycle.acall_with_backoff`,
+the same backoff the operators' and sensors' waits use). The local backend's jobs are watched the same
 way (its list reads the jobs' state files).
 
 Log lines (``print_logs``) are coalesced too: one :class:`CoalescedLogPoller` per (backend, kind, interval)
@@ -39,53 +40,19 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_smdist.backends.base import (
-    OPERATIONS,
-    TERMINAL_STATES,
-    JobNotFound,
-    LogEvent,
-)
+from airflow_smdist.backends.base import JobNotFound, LogEvent
+from airflow_smdist.kinds import kind_info
+from airflow_smdist.lifecycle import THROTTLING_CODES, AsyncJobLifecycle, is_throttling
+from airflow_smdist.lifecycle import acall_with_backoff as with_backoff
 
-THROTTLING_CODES = frozenset({"Throttling", "ThrottlingException", "TooManyRequestsException",
-                              "RequestLimitExceeded", "ProvisionedThroughputExceededException",
-                              "SlowDown", "RequestThrottled"})
+__all__ = ["THROTTLING_CODES", "is_throttling", "with_backoff"]  # the backoff lives in lifecycle.py
+
 #: how far before the previous poll a List call looks, to cover clock skew between us and the service
 LIST_OVERLAP_SECONDS = 60.0
-MAX_BACKOFF_SECONDS = 60.0
 #: CloudWatch may make a line visible after later ones: each read starts this long before the newest seen
 LOG_LAG_SECONDS = 30.0
-
-_LIST_KEYS = {"training": "TrainingJobSummaries", "processing": "ProcessingJobSummaries",
-              "transform": "TransformJobSummaries", "tuning": "HyperParameterTuningJobSummaries"}
-_LIST_OPS = {"training": "list_training_jobs", "processing": "list_processing_jobs",
-             "transform": "list_transform_jobs", "tuning": "list_hyper_parameter_tuning_jobs"}
-_DESCRIBE_OPS = {"training": "describe_training_job", "processing": "describe_processing_job",
-                 "transform": "describe_transform_job", "tuning": "describe_hyper_parameter_tuning_job"}
 #: a tuning job's trials are training jobs "<tuning job>-<3 digits>-<8 hex>" logging to the training group
 _TRIAL_STREAM = re.compile(r"^(?P<trial>(?P<tuning>.+)-\d{3}-[0-9a-f]{8})/")
-
-
-def is_throttling(exc: BaseException) -> bool:
-    code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
-    return code in THROTTLING_CODES
-
-
-async def with_backoff(call, *, counter: dict | None = None, what: str = "call"):
-    """Await ``call()`` retrying throttling errors with full-jitter exponential backoff, forever: a storm
-    of ThrottlingExceptions slows the wait down but never fails the task."""
-    attempt = 0
-    while True:
-        if counter is not None:
-            counter[what] = counter.get(what, 0) + 1
-        try:
-            return await call()
-        except Exception as exc:
-            if not is_throttling(exc):
-                raise
-            attempt += 1
-            if counter is not None:
-                counter["throttled"] = counter.get("throttled", 0) + 1
-            await asyncio.sleep(random.uniform(0, min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** attempt)))
 
 
 def _epoch(value: Any) -> float | None:
@@ -152,27 +119,29 @@ class SageMakerStatusSource:
         if since is not None:
             kwargs["LastModifiedTimeAfter"] = datetime.fromtimestamp(since, tz=UTC)
         out: dict[str, dict] = {}
-        name_key = OPERATIONS[kind]["name_key"]
+        info = kind_info(kind)
         while True:
-            page = await with_backoff(lambda: getattr(client, _LIST_OPS[kind])(**kwargs), counter=self.calls,
+            page = await with_backoff(lambda: getattr(client, info.method("list"))(**kwargs), counter=self.calls,
                                       what="list")
-            for summary in page.get(_LIST_KEYS[kind], []):
-                out[summary[name_key]] = summary
+            for summary in page.get(info.summaries_key, []):
+                out[summary[info.name_key]] = summary
             token = page.get("NextToken")
             if not token or token == kwargs.get("NextToken"):
                 return out
             kwargs["NextToken"] = token
 
     async def describe(self, kind: str, name: str) -> dict[str, Any]:
+        from botocore.exceptions import ClientError
+
+        from airflow_smdist.backends.sagemaker import job_error
+
         client = await self._conn()
-        key = OPERATIONS[kind]["name_key"]
+        info = kind_info(kind)
         try:
-            d = await with_backoff(lambda: getattr(client, _DESCRIBE_OPS[kind])(**{key: name}), counter=self.calls,
-                                   what="describe")
-        except Exception as exc:
-            if "not found" in str(exc).lower() or "could not find" in str(exc).lower():
-                raise JobNotFound(kind, name) from exc
-            raise
+            d = await with_backoff(lambda: getattr(client, info.method("describe"))(**{info.name_key: name}),
+                                   counter=self.calls, what="describe")
+        except ClientError as exc:
+            raise job_error(exc, kind, name, info.describe_op) from exc
         d.pop("ResponseMetadata", None)
         return d
 
@@ -182,7 +151,7 @@ class SageMakerStatusSource:
 
         state = {name: _LogCursor.load(c) for name, c in cursors.items()}
         start = min(c.start_ms() for c in state.values())
-        kwargs: dict[str, Any] = {"logGroupName": OPERATIONS[kind]["log_group"], "startTime": start}
+        kwargs: dict[str, Any] = {"logGroupName": kind_info(kind).log_group, "startTime": start}
         prefix = common_prefix(list(cursors))
         if prefix:
             kwargs["logStreamNamePrefix"] = prefix
@@ -257,7 +226,7 @@ class LocalStatusSource:
     async def changed_since(self, kind: str, since: float | None) -> dict[str, dict]:
         self.calls["list"] = self.calls.get("list", 0) + 1
         jobs = await asyncio.to_thread(self.backend.list_jobs, kind)
-        name_key = OPERATIONS[kind]["name_key"]
+        name_key = kind_info(kind).name_key
         return {j[name_key]: j for j in jobs
                 if since is None or (j["LastModifiedTime"] and j["LastModifiedTime"].timestamp() >= since)}
 
@@ -327,7 +296,7 @@ class CoalescedPoller:
         except Exception as exc:  # noqa: BLE001 - the waiting trigger decides what an error means
             self._send(name, exc)
             return
-        self.known[name] = (description[OPERATIONS[self.kind]["status_key"]], description.get("SecondaryStatus"))
+        self.known[name] = (kind_info(self.kind).status(description), description.get("SecondaryStatus"))
         self.as_of[name] = time.time()
         self._send(name, description)
 
@@ -340,7 +309,7 @@ class CoalescedPoller:
             return
         since = min(pending)
         changed = await self.source.changed_since(self.kind, since - LIST_OVERLAP_SECONDS)
-        status_key = OPERATIONS[self.kind]["status_key"]
+        status_key = kind_info(self.kind).status_key
         for name, summary in changed.items():
             if name not in self.watchers:
                 continue
@@ -482,17 +451,21 @@ class SmdistJobTrigger(BaseTrigger):
     ``{"status": "success"|"failed"|"stopped", "job_name", "job_status", "failure_reason"}``.
 
     ``job_status`` / ``as_of`` / ``created``: the job's status, when it was seen, and its creation time (epoch),
-    from the operator's Describe before deferring. ``cursor_key`` identifies the task try whose log this
-    trigger writes to: the persisted log cursor is only resumed by a trigger of the same try."""
+    from the operator's Describe before deferring. ``cursor_key`` identifies this deferral: the persisted log
+    cursor is resumed only by a trigger rebuilt from the same kwargs (a triggerer restart), so a later try
+    prints the job's log afresh into its own task log. With ``secret_hyperparameters`` the trigger describes
+    the job once, to mask their values before it writes any log line."""
 
     kind = "training"
 
     def __init__(self, *, job_name: str, backend: str = "local", smdist_conn_id: str | None = "smdist_default",
                  aws_conn_id: str | None = None, region_name: str | None = None, poll_interval: float = 30,
                  print_logs: bool = True, log_cursor: Any = None, kind: str | None = None,
-                 job_status: str | None = None, as_of: float | None = None, created: float | None = None,
-                 cursor_key: str | None = None) -> None:
+                 secret_hyperparameters: list[str] | None = None, job_status: str | None = None,
+                 as_of: float | None = None, created: float | None = None, cursor_key: str | None = None) -> None:
         super().__init__()
+        #: names only (never values): the trigger masks their values from the job's description
+        self.secret_hyperparameters = list(secret_hyperparameters or [])
         self.kind = kind or self.kind
         self.job_name = job_name
         self.backend = backend
@@ -513,8 +486,8 @@ class SmdistJobTrigger(BaseTrigger):
             "job_name": self.job_name, "backend": self.backend, "smdist_conn_id": self.smdist_conn_id,
             "aws_conn_id": self.aws_conn_id, "region_name": self.region_name, "poll_interval": self.poll_interval,
             "print_logs": self.print_logs, "log_cursor": self.log_cursor, "kind": self.kind,
-            "job_status": self.job_status, "as_of": self.as_of, "created": self.created,
-            "cursor_key": self.cursor_key})
+            "secret_hyperparameters": self.secret_hyperparameters, "job_status": self.job_status,
+            "as_of": self.as_of, "created": self.created, "cursor_key": self.cursor_key})
 
     async def _backend(self):
         """The backend, resolved once per trigger (one connection lookup, in a thread: it may block)."""
@@ -539,13 +512,27 @@ class SmdistJobTrigger(BaseTrigger):
         return (poller_for(key, self.kind, self.poll_interval, make),
                 log_poller_for(key, self.kind, self.poll_interval, make))
 
+    def mask_secrets(self, description: dict[str, Any]) -> None:
+        """Register the secret hyperparameters' values (read from the job's description) with this
+        triggerer's secrets masker, before the trigger writes any line of the job's log."""
+        if not self.secret_hyperparameters:
+            return
+        from airflow_smdist._compat import mask_hyperparameter
+
+        definitions = [description.get("TrainingJobDefinition") or {}, *(description.get("TrainingJobDefinitions") or [])]
+        sources = [description.get("HyperParameters") or {}] + [d.get("StaticHyperParameters") or {}
+                                                                 for d in definitions]
+        for hps in sources:
+            for name in self.secret_hyperparameters:
+                mask_hyperparameter(hps.get(name))
+
     # -- the log cursor, persisted so a rebuilt trigger resumes ------------------------------------------------
     def _load_cursor(self, backend) -> Any:
         try:
             saved = json.loads(cursor_path(backend, self.kind, self.job_name).read_text())
         except (OSError, ValueError):
             saved = None
-        if isinstance(saved, dict) and saved.get("key") == self.cursor_key:
+        if isinstance(saved, dict) and self.cursor_key and saved.get("key") == self.cursor_key:
             return saved.get("cursor")
         if self.log_cursor is not None:
             return self.log_cursor
@@ -554,6 +541,8 @@ class SmdistJobTrigger(BaseTrigger):
         return None
 
     def _save_cursor(self, backend, cursor: Any) -> None:
+        if not self.cursor_key:
+            return
         path = cursor_path(backend, self.kind, self.job_name)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -567,53 +556,42 @@ class SmdistJobTrigger(BaseTrigger):
         def sink(events: list[LogEvent], cursor: Any) -> None:
             for e in events:
                 self.log.info("%s", e.format())
+            self.log_cursor = cursor
             if events:  # after the lines went to the log: a crash in between repeats them, never loses them
                 self._save_cursor(backend, cursor)
         return sink
 
     # -- the wait ---------------------------------------------------------------------------------------------
-    def _status_line(self, item: dict, last: tuple | None) -> tuple:
-        status = item[OPERATIONS[self.kind]["status_key"]]
-        secondary = item.get("SecondaryStatus")
-        if (status, secondary) != last:
-            self.log.info("%s job %s: %s%s", self.kind, self.job_name, status, f" / {secondary}" if secondary else "")
-        return status, secondary
-
-    def _error_event(self, item: Exception) -> TriggerEvent | None:
-        if isinstance(item, JobNotFound) or "not found" in str(item).lower():
-            return TriggerEvent({"status": "failed", "job_name": self.job_name, "job_status": None,
-                                 "failure_reason": str(item)})
-        self.log.warning("polling %s job %s failed, retrying: %s", self.kind, self.job_name, item)
-        return None
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
         backend = await self._backend()
         poller, log_poller = self._pollers(backend)
-        queue = poller.watch(self.job_name, self.job_status, self.as_of)
-        if self.print_logs:
-            log_poller.watch(self.job_name, self._load_cursor(backend), self._log_sink(backend))
-        last = (self.job_status, None) if self.job_status else None
-        if self.job_status:
-            self.log.info("%s job %s: %s", self.kind, self.job_name, self.job_status)
+        lifecycle = AsyncJobLifecycle(backend, self.kind, self.job_name, log=self.log,
+                                      poll_interval=self.poll_interval, log_cursor=self.log_cursor)
+        secrets = bool(self.secret_hyperparameters)  # their values come from one Describe, before any log line
+        queue = poller.watch(self.job_name, None if secrets else self.job_status, self.as_of)
+        logging_started = False
+        if self.job_status and not secrets:
+            lifecycle.observe({kind_info(self.kind).status_key: self.job_status})
         try:
             while True:
+                if self.print_logs and not logging_started and not secrets:
+                    log_poller.watch(self.job_name, self._load_cursor(backend), self._log_sink(backend))
+                    logging_started = True
                 item = await queue.get()
                 if isinstance(item, Exception):
-                    event = self._error_event(item)
-                    if event is not None:
-                        yield event
-                        return
+                    payload = lifecycle.error(item)
+                else:
+                    if secrets:
+                        self.mask_secrets(item)
+                        secrets = False
+                    payload = lifecycle.observe(item)
+                if payload is None:
                     continue
-                last = self._status_line(item, last)
-                status = last[0]
-                if status in TERMINAL_STATES:
-                    if self.print_logs:  # the job's last lines, in a round shared with every job ending now
-                        await log_poller.flush(self.job_name)
-                    yield TriggerEvent({"status": {"Completed": "success", "Failed": "failed",
-                                                   "Stopped": "stopped"}[status],
-                                        "job_name": self.job_name, "job_status": status,
-                                        "failure_reason": item.get("FailureReason")})
-                    return
+                if logging_started and payload["job_status"] is not None:
+                    # the job's last lines, in a round shared with every job ending now
+                    await log_poller.flush(self.job_name)
+                yield TriggerEvent(payload)
+                return
         finally:
             log_poller.unwatch(self.job_name)
             poller.unwatch(self.job_name, queue)

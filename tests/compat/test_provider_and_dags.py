@@ -22,8 +22,17 @@ def test_provider_is_registered_and_every_listed_module_imports():
     assert len(eps) == 1, "airflow-smdist must be installed (pip install -e .)"
     info = eps[0].load()()
     assert info["package-name"] == "airflow-smdist"
-    assert info["connection-types"] == [{"connection-type": "smdist",
-                                         "hook-class-name": "airflow_smdist.hooks.smdist.SmdistHook"}]
+    assert [(c["connection-type"], c["hook-class-name"]) for c in info["connection-types"]] == [
+        ("smdist", "airflow_smdist.hooks.smdist.SmdistHook")]
+    schema_file = os.path.join(os.path.dirname(importlib.import_module("airflow").__file__), "provider.yaml.schema.json")
+    if os.path.exists(schema_file):  # Airflow >= 3.2 documents conn-fields and ui-field-behaviour there
+        import jsonschema
+
+        with open(schema_file) as f:
+            item = json.load(f)["properties"]["connection-types"]["items"]
+        if "conn-fields" in item["properties"]:
+            for conn in info["connection-types"]:
+                jsonschema.validate(conn, item)
     for section in ("operators", "sensors", "hooks"):
         for entry in info[section]:
             for module in entry["python-modules"]:
@@ -111,3 +120,30 @@ def test_example_dags_keep_their_data_apart():
         for name_b, b in uris:
             if name_a != name_b:
                 assert not b.startswith(a), f"{name_b} ({b}) lies under {name_a} ({a})"
+
+
+def test_connection_form_shows_the_smdist_fields_on_this_airflow_line():
+    """What the connection form is built from, through Airflow's own ProvidersManager: from the provider
+    info on Airflow >= 3.2, from the hook's form methods on Airflow 2.x (the browser check renders it)."""
+    from airflow.providers_manager import ProvidersManager
+
+    from airflow_smdist import CONNECTION_FIELDS
+
+    pm = ProvidersManager()
+    widgets = pm.connection_form_widgets
+    for name in CONNECTION_FIELDS:
+        assert f"extra__smdist__{name}" in widgets, f"{name} missing from the smdist connection form"
+    behaviour = pm.field_behaviours["smdist"]
+    assert set(behaviour["hidden_fields"]) == {"host", "schema", "login", "password", "port"}
+
+
+def test_hook_reads_fields_stored_under_their_form_names(monkeypatch):
+    """Whichever key a form stored a field under, the hook sees it; empty fields fall back."""
+    from airflow_smdist.hooks.smdist import SmdistHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SMDIST_FORM", json.dumps({"conn_type": "smdist", "extra": {
+        "extra__smdist__backend": "sagemaker", "region_name": "eu-west-1", "aws_conn_id": "", "local_root": None}}))
+    hook = SmdistHook("smdist_form")
+    assert hook.backend_name() == "sagemaker"
+    assert hook.region_name == "eu-west-1"
+    assert hook.aws_conn_id == "aws_default"

@@ -18,8 +18,8 @@ when a ``MotoServer`` starts):
   training job is in status Completed."; on a missing job with moto's usual "Could not find ..." error.
 * moto silently overwrites a training, processing or transform job created twice under one name; the real
   service rejects it with ``ResourceInUse``. The Create* handlers are wrapped to do the same.
-* moto's CreateProcessingJob drops ``ProcessingResources`` and ``Environment``; the wrapper keeps them, so
-  DescribeProcessingJob returns them as the service does.
+* moto's CreateProcessingJob drops ``ProcessingResources`` and ``Environment`` (CreateTrainingJob drops
+  ``Environment``); the wrapper keeps them, so Describe*Job returns them as the service does.
 * moto's CreateTrainingJob replaces the request's ``AlgorithmSpecification.MetricDefinitions`` with a
   canned one; the wrapper puts the request's back (or removes the key if the request had none).
 * ``set_job_status`` / ``set_training_job_status`` drive a job's state directly in moto's backend
@@ -205,6 +205,8 @@ def install_sagemaker_extensions() -> None:
                 job.processing_resources = self._get_param("ProcessingResources")
                 job.environment = self._get_param("Environment")
             if kind == "training":
+                if self._get_param("Environment") is not None:  # moto drops it; DescribeTrainingJob returns it
+                    _job(backend, kind, name).environment = self._get_param("Environment")
                 spec = _job(backend, kind, name).algorithm_specification
                 if requested is None:
                     spec.pop("MetricDefinitions", None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
@@ -22,6 +23,7 @@ from airflow_smdist.specs.training import training_request  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONTRACT = os.path.join(REPO, "tests", "fixtures", "contract")
+FAULTS = os.path.join(REPO, "tests", "fixtures", "faults")
 
 
 def req(name):
@@ -48,9 +50,10 @@ def test_trigger_polling_outlasts_a_storm_longer_than_botocores_retries(moto_ser
     from moto_server import set_training_job_status
 
     from airflow_smdist.backends.sagemaker import SageMakerBackend
+    from airflow_smdist import lifecycle
     from airflow_smdist.triggers import base
 
-    monkeypatch.setattr(base, "MAX_BACKOFF_SECONDS", 0.05)
+    monkeypatch.setattr(lifecycle, "MAX_BACKOFF_SECONDS", 0.05)  # the one backoff (triggers use it too)
     backend = SageMakerBackend("aws_default", "us-east-1")
     name = f"storm-{uuid.uuid4().hex[:8]}"
     backend.submit("training", req(name))
@@ -149,3 +152,74 @@ def test_lineage_and_heterogeneous_cluster_on_the_local_backend(tmp_path, monkey
         pytest.skip("the OpenLineage provider is not installed")
     assert [d.name for d in lineage.inputs] == [str(tmp_path / "data")]
     assert lineage.outputs[0].name.endswith(f"{result['job_name']}/output/model.tar.gz")
+
+
+def _masker():
+    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+
+    if AIRFLOW_V_3_0_PLUS:
+        try:
+            from airflow.sdk._shared.secrets_masker import _secrets_masker
+        except ImportError:
+            from airflow.sdk.execution_time.secrets_masker import _secrets_masker
+    else:
+        from airflow.utils.log.secrets_masker import _secrets_masker
+    return _secrets_masker()
+
+
+class _RedactedAtEmit(logging.Handler):
+    """The trigger's log as the triggerer writes it: each line redacted by the secrets masker when emitted."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(_masker().redact(record.getMessage()))
+
+
+def test_the_trigger_masks_secret_hyperparameters_before_its_first_log_line(tmp_path, monkeypatch):
+    from airflow_smdist.sourcedir import upload_source
+    from airflow_smdist.specs.training import build_training
+    from airflow_smdist.triggers.training import SageMakerDistributedTrainingTrigger
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    secret = f"code-{uuid.uuid4().hex}"  # this process never registered it: only the trigger can
+    name = f"secret-{uuid.uuid4().hex[:8]}"
+    plan = build_training(job_name=name, role="arn:aws:iam::123456789012:role/R", output_path=f"file://{tmp_path}/out",
+                          entry_point="echo_args.py", source_dir=FAULTS, instance_type="ml.m5.xlarge",
+                          image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
+                          hyperparameters={"licence_code": secret, "sleep": 1})
+    upload_source(plan.source_dir, "echo_args.py", plan.source_uri)
+    LocalBackend(tmp_path / "jobs").submit("training", plan.request)
+    trigger = SageMakerDistributedTrainingTrigger(job_name=name, backend="local", poll_interval=0.2,
+                                                  secret_hyperparameters=["licence_code"])
+    classpath, kwargs = trigger.serialize()
+    assert kwargs["secret_hyperparameters"] == ["licence_code"] and secret not in json.dumps(kwargs, default=str)
+    handler = _RedactedAtEmit()
+    trigger._log = logging.getLogger(f"test.trigger.{name}")  # a plain logger we can watch, on every line
+    trigger._log.addHandler(handler)
+    trigger._log.setLevel(logging.INFO)
+
+    async def events():
+        return [e async for e in trigger.run()]
+
+    try:
+        [event] = asyncio.run(events())
+    finally:
+        trigger._log.removeHandler(handler)
+    assert event.payload["status"] == "success"
+    assert any("argv: --licence_code *** --sleep 1" in line for line in handler.lines), handler.lines
+    assert not [line for line in handler.lines if secret in line]
+
+
+def test_a_secret_name_that_is_not_a_hyperparameter_is_refused(tmp_path):
+    from airflow_smdist.specs.errors import SpecError
+
+    with pytest.raises(SpecError) as info:  # at DAG parse time, when the hyperparameters are a dict
+        _operator(tmp_path, hyperparameters={"api_token": "x"}, secret_hyperparameters=["api_tokn"])
+    assert info.value.field == "secret_hyperparameters" and "api_tokn" in str(info.value)
+    op = _operator(tmp_path, hyperparameters="{{ params.hps }}", secret_hyperparameters=["api_tokn"])
+    op.hyperparameters = {"api_token": "x"}  # as rendering a template leaves it
+    with pytest.raises(SpecError, match="api_tokn"):
+        op.execute(_ctx(uuid.uuid4().hex))

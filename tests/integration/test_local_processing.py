@@ -70,6 +70,7 @@ def describe_members_are_the_apis(d: dict) -> None:
 # ---- the Spark jobs (one module fixture; both run at once) ------------------------------------------------------
 SPARK_APP = textwrap.dedent('''
     import glob, json, os, sys
+    import pyspark
     from pyspark import SparkFiles
     from pyspark.sql import SparkSession
     import smdist_helper  # shipped with --py-files
@@ -97,6 +98,9 @@ SPARK_APP = textwrap.dedent('''
         "rows": raw.count(),
         "row_sum": raw.groupBy().sum("value").first()[0],
         "executor_tasks": sc.parallelize(range(100), sc.defaultParallelism).map(lambda x: x * 2).sum(),
+        "pyspark": pyspark.__version__,
+        "driver_python": sys.executable,
+        "executor_python": sc.parallelize([0], 1).map(lambda _x: __import__("sys").executable).first(),
     }
     out = args["--output"]
     with open(os.path.join(out, "facts.json"), "w") as f:
@@ -126,6 +130,13 @@ FAILING_APP = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def spark_jobs(tmp_path_factory):
+    """Both Spark jobs run in their image's runtime (framework_version 3.5: pyspark 3.5.x), as by default."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SMDIST_LOCAL_RUNTIME", "image")
+        return _spark_jobs(tmp_path_factory)
+
+
+def _spark_jobs(tmp_path_factory):
     pytest.importorskip("pyspark")
     tmp = tmp_path_factory.mktemp("spark")
     backend = LocalBackend(tmp / "jobs")
@@ -191,6 +202,9 @@ def test_spark_app_runs_on_a_local_spark_honouring_the_instance_count(spark_jobs
     assert facts["master"] == f"local[{slots}]" and facts["default_parallelism"] == slots
     assert facts["executor_tasks"] == sum(range(100)) * 2
     assert facts["rows"] == 200 and facts["row_sum"] == sum(i * 100 + j for i in range(4) for j in range(50))
+    # framework_version 3.5: the image's pyspark, in the job's runtime on the driver and the executors alike
+    assert facts["pyspark"].startswith("3.5."), facts["pyspark"]
+    assert facts["driver_python"] == facts["executor_python"] and "/runtimes/" in facts["driver_python"]
     state = json.loads((spark_jobs.backend.job_dir("processing", spark_jobs.ok_name) / "state.json").read_text())
     assert list(state["host_pids"]) == ["algo-1"]  # only the primary runs spark-submit, as smspark-submit does
     assert state["spark"]["primary"] == "algo-1"
@@ -555,3 +569,33 @@ def test_example_dag_preprocesses_and_trains_under_airflow_dags_test(tmp_path):
     assert "validation:accuracy" in log
     assert list((data / "models").glob("smdist-train-*/output/model.tar.gz"))
     assert list((data / "spark-events").iterdir())
+
+
+@pytest.mark.parametrize("isolation", ["namespace"])
+def test_framework_processor_source_dir_runs_through_runproc(tmp_path, monkeypatch, isolation):
+    """source_dir + code (SDK 2's FrameworkProcessor): the bundle and runproc.sh are uploaded, and the local
+    job runs runproc.sh itself: it unpacks the bundle in the code input, the script imports its neighbour
+    module from the bundle and gets the job's arguments. (runproc.sh names container paths, so this needs
+    a host in its own mount namespace.)"""
+    if launcher.namespace_prefix() is None:
+        pytest.skip("this OS allows no private mount namespace here")
+    from airflow_smdist.operators.processing import SmdistProcessingOperator
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "helpers.py").write_text("GREETING = 'from the bundle'\n")
+    (src / "process.py").write_text(
+        "import os, sys\nimport helpers\n"
+        "open(os.path.join('/opt/ml/processing/output/result', 'out.txt'), 'w').write(\n"
+        "    f'{helpers.GREETING} {os.getcwd()} {sys.argv[1:]}')\n")
+    op = SmdistProcessingOperator(task_id="fw", image_uri=IMAGE, source_dir=str(src), code="process.py",
+                                  poll_interval=0.3, arguments=["--rows", 3],
+                                  outputs={"result": f"file://{tmp_path}/result"})
+    result = op.execute(context(f"run-{uuid.uuid4().hex}", "fw"))
+    assert result["status"] == "Completed", result
+    code_uri = result["inputs"]["code"]
+    assert code_uri.endswith(f"/{result['job_name']}/source/sourcedir.tar.gz")
+    assert result["inputs"]["entrypoint"] == code_uri.replace("sourcedir.tar.gz", "runproc.sh")
+    assert files_under(result["outputs"]["result"]) == {
+        "out.txt": "from the bundle /opt/ml/processing/input/code ['--rows', '3']"}

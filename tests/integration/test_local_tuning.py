@@ -269,13 +269,14 @@ def test_grid_covers_the_grid_exactly_and_describe_has_the_api_shape(backend, tm
     d = wait(backend, name)
     assert d["HyperParameterTuningJobStatus"] == "Completed"
     listed = trials(backend, name)
-    seen = [(json.loads(s["TunedHyperParameters"]["learning_rate"]), json.loads(s["TunedHyperParameters"]["depth"]))
-            for s in listed]
+    # categorical values reach the trials as the text of each value, JSON-encoded ("\"0.03\""), as with the SDK
+    seen = [(float(json.loads(s["TunedHyperParameters"]["learning_rate"])),
+             int(json.loads(s["TunedHyperParameters"]["depth"]))) for s in listed]
     expected = {(lr, depth) for lr in grid["learning_rate"] for depth in grid["depth"]}
     assert len(seen) == 9 and set(seen) == expected  # every combination, each once
     assert max_concurrent(backend, name) <= 2
     lr, depth = min(expected, key=lambda c: f(*c))
-    assert json.loads(d["BestTrainingJob"]["TunedHyperParameters"]["learning_rate"]) == lr
+    assert float(json.loads(d["BestTrainingJob"]["TunedHyperParameters"]["learning_rate"])) == lr
     assert objective(d["BestTrainingJob"]) == pytest.approx(f(lr, depth), abs=1e-6)
     # DescribeHyperParameterTuningJob and ListTrainingJobsForHyperParameterTuningJob shapes, by botocore
     check_shape("DescribeHyperParameterTuningJob", d)

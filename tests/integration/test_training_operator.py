@@ -153,3 +153,28 @@ def test_sensor_waits_for_a_job_started_elsewhere(tmp_path, data, local_root):
         while sensor.poke({}) is False:
             assert time.time() < deadline
             time.sleep(0.5)
+
+
+LR_SCALING = {"base_learning_rate": 0.01, "base_batch_size": 32, "per_device_batch_size": 64, "warmup_epochs": 2}
+
+
+def test_lr_scaling_reaches_xcom_of_a_retried_and_of_a_deferred_task(tmp_path, data, local_root):
+    """The try that built the request is not the one that returns the result when the task was deferred
+    (execute_complete runs in a new process) or retried (reattach): lr_scaling comes from the job itself."""
+    run_id = f"run-{uuid.uuid4().hex}"
+    first = operator(tmp_path, data, lr_scaling=LR_SCALING, wait_for_completion=False,
+                     distribution={"torch_distributed": {"enabled": True}})
+    started = first.execute(context(run_id))
+    expected = {"global_batch_size": 128, "learning_rate": 0.04, "warmup_epochs": 2, "world_size": 2}
+    # a new operator object, as in the retry's process: reattaches and waits
+    retried = operator(tmp_path, data, lr_scaling=LR_SCALING, distribution={"torch_distributed": {"enabled": True}})
+    result = retried.execute(context(run_id))
+    assert result["job_name"] == started["job_name"]
+    assert result["lr_scaling"] == expected
+    # as in the process that resumes a deferred task: only execute_complete runs
+    resumed = operator(tmp_path, data, lr_scaling=LR_SCALING, distribution={"torch_distributed": {"enabled": True}})
+    out = resumed.execute_complete(context(run_id), {"job_name": started["job_name"], "status": "Completed"})
+    assert out["lr_scaling"] == expected
+    # the values are those the job was started with (its hyperparameters), not recomputed guesses
+    described = LocalBackend(local_root).describe("training", started["job_name"])
+    assert json.loads(described["HyperParameters"]["learning_rate"]) == out["lr_scaling"]["learning_rate"]

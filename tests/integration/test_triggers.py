@@ -231,6 +231,8 @@ def test_trigger_yields_the_terminal_status_and_streams_logs(tmp_path, monkeypat
         from airflow.sdk.exceptions import TaskDeferred
     else:
         from airflow.exceptions import TaskDeferred
+    task_log: list[str] = []
+    _capture(op, task_log)  # the operator's own logger: what the task writes to its log
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     trigger = deferred.value.trigger
@@ -263,8 +265,6 @@ def test_trigger_yields_the_terminal_status_and_streams_logs(tmp_path, monkeypat
     assert lookups == ["smdist_default"]  # the trigger looks its connection up once
     assert event.payload["status"] == "success" and event.payload["job_status"] == "Completed"
     assert "[algo-2] accuracy:" in caplog.text or "[algo-1] accuracy:" in caplog.text  # logs while deferred
-    task_log: list[str] = []
-    _capture(op, task_log)  # the operator's own logger: what the resumed task writes to its log
     result = op.execute_complete(ctx, event.payload)
     assert result["status"] == "Completed" and result["final_metrics"]["accuracy"] in (0.5, 0.6)
     # the deferred path logs the metrics summary line the blocking path logs

@@ -365,3 +365,25 @@ def test_builders_and_the_example_dag_import_nothing_heavy():
                          env={**os.environ, "PYTHONPATH": REPO})
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"source_dir": "src"}, "code"),
+    ({"source_dir": "src", "code": "sub/process.py"}, "code"),
+    ({"source_dir": "s3://b/src/", "code": "process.py"}, "source_dir"),
+    ({"source_dir": "src", "code": "process.py", "inputs": {"entrypoint": "s3://b/x/"}}, "inputs['entrypoint']"),
+])
+def test_source_dir_mistakes_name_the_argument(kwargs, field):
+    with pytest.raises(SpecError) as err:
+        build_processing(job_name="j", role="arn:aws:iam::123456789012:role/R", image_uri="1.dkr.ecr/x:1",
+                         code_location="s3://b/code", **kwargs)
+    assert err.value.field == field
+
+
+def test_source_dir_missing_script_is_refused_before_upload(tmp_path):
+    (tmp_path / "other.py").write_text("")
+    plan = build_processing(job_name="j", role="arn:aws:iam::123456789012:role/R", image_uri="1.dkr.ecr/x:1",
+                            code_location=f"file://{tmp_path}/code", source_dir=str(tmp_path), code="process.py")
+    with pytest.raises(SpecError) as err:
+        upload_plan(plan)
+    assert err.value.field == "code" and not (tmp_path / "code").exists()

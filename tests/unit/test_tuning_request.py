@@ -119,7 +119,8 @@ def test_grid_computes_the_number_of_combinations():
     assert plan.combinations == 6 and cfg["ResourceLimits"]["MaxNumberOfTrainingJobs"] == 6
     combos = grid_combinations(cfg["ParameterRanges"])
     assert len(combos) == 6 and len({json.dumps(c, sort_keys=True) for c in combos}) == 6
-    assert {c["learning_rate"] for c in combos} == {"0.01", "0.1", "0.3"}
+    # script mode: the JSON encoding of each value's text, as the SDK's CategoricalParameter.as_json_range
+    assert {c["learning_rate"] for c in combos} == {'"0.01"', '"0.1"', '"0.3"'}
     assert tune(strategy="Grid", hyperparameter_ranges=ranges, max_jobs=6).request == plan.request
 
 

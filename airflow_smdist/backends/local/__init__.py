@@ -6,14 +6,14 @@ kind's supervisor detached (``python -m airflow_smdist.backends.local.<kind> <jo
 answers from the job's request and state files in SageMaker's Describe* shape; ``stop`` asks the
 supervisor to stop; ``log_events`` reads every host's log stream.
 
-A job kind is a module of this package with ``OPERATION`` (the Create* name), ``check_request(request)``
-(raise SpecError for what cannot run locally), ``describe(backend, request, state)`` and a supervisor
-``main(argv)``; :data:`KIND_MODULES` names them.
+A job kind is a module of this package that satisfies :class:`LocalJobKind` (``OPERATION``, the Create*
+name; ``check_request(request)``, raising SpecError for what cannot run locally; ``describe(backend, request,
+state)``; and the supervisor's ``main(argv)``). The job-kind registry (:mod:`airflow_smdist.kinds`,
+``local_module``) names the module of each kind.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -22,10 +22,9 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from airflow_smdist.backends.base import (
-    OPERATIONS,
     TERMINAL_STATES,
     BackendError,
     JobNotFound,
@@ -34,19 +33,39 @@ from airflow_smdist.backends.base import (
 )
 from airflow_smdist.backends.local import launcher
 from airflow_smdist.backends.local.store import JobStore, pid_alive, read_json, write_json_atomic
+from airflow_smdist.kinds import kind_info, load
 from airflow_smdist.specs.validate import validate_request
 
 ACCOUNT = "000000000000"
-KIND_MODULES = {
-    "training": "airflow_smdist.backends.local.training",
-    "processing": "airflow_smdist.backends.local.processing",
-    "transform": "airflow_smdist.backends.local.transform",
-    "tuning": "airflow_smdist.backends.local.tuning",
-}
+
+
+@runtime_checkable
+class LocalJobKind(Protocol):
+    """What the local backend needs of a job kind's module (``kinds.JobKindInfo.local_module``)."""
+
+    #: the Create* operation the module runs (``CreateTrainingJob``)
+    OPERATION: str
+
+    def check_request(self, request: dict[str, Any]) -> None:
+        """Raise SpecError for what the request asks that cannot run on this machine (before any file)."""
+
+    def describe(self, backend: Any, request: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+        """The Describe* response of the job from its request and its (live) state."""
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """The job's detached supervisor: ``python -m <module> <job dir>``."""
+
+
+if TYPE_CHECKING:  # mypy checks that every registered module satisfies the protocol
+    from airflow_smdist.backends.local import processing as _processing
+    from airflow_smdist.backends.local import training as _training
+    from airflow_smdist.backends.local import transform as _transform
+    from airflow_smdist.backends.local import tuning as _tuning
+
+    _KIND_MODULES_CHECKED: tuple[LocalJobKind, ...] = (_training, _processing, _transform, _tuning)
+
 #: how often a blocking wait looks at a job's state file (one stat call)
 STATE_POLL_SECONDS = 0.05
-ARN_RESOURCES = {"training": "training-job", "processing": "processing-job", "transform": "transform-job",
-                 "tuning": "hyper-parameter-tuning-job"}
 
 
 def dt(epoch: float | None) -> datetime | None:
@@ -70,28 +89,36 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, root: str | os.PathLike | None = None, *, region_name: str | None = None,
-                 s3_endpoint_url: str | None = None) -> None:
+                 s3_endpoint_url: str | None = None, local_runtimes: dict | None = None) -> None:
         self.store = JobStore(root)
         self.region = region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.s3_endpoint_url = s3_endpoint_url
+        #: runtimes declared for user images (the smdist connection's ``local_runtimes`` extra; see .runtimes)
+        self.local_runtimes = dict(local_runtimes or {})
 
-    def kind_module(self, kind: str):
-        if kind not in KIND_MODULES:
-            raise ValueError(f"job kind {kind!r} is not one of {sorted(KIND_MODULES)}")
+    def kind_module(self, kind: str) -> LocalJobKind:
+        info = kind_info(kind)
         try:
-            return importlib.import_module(KIND_MODULES[kind])
+            module = load(info.local_module)
         except ModuleNotFoundError as e:
-            if e.name != KIND_MODULES[kind]:
+            if e.name != info.local_module:
                 raise
             raise BackendError(f"the local backend does not run {kind} jobs yet; use backend='sagemaker'",
-                               code="NotImplemented", operation=OPERATIONS[kind]["create"]) from None
+                               code="NotImplemented", operation=info.create_op) from None
+        if not isinstance(module, LocalJobKind):
+            raise TypeError(f"{info.local_module} is not a local job kind: it lacks part of "
+                            "airflow_smdist.backends.local.LocalJobKind (OPERATION, check_request, describe, main)")
+        return module
 
     # -- protocol --------------------------------------------------------------------------------
     def submit(self, kind: str, request: dict[str, Any], *, parent: str | None = None) -> str:
         module = self.kind_module(kind)
         validate_request(module.OPERATION, request, allow_local_uris=True)
         module.check_request(request)
-        name = request[OPERATIONS[kind]["name_key"]]
+        from airflow_smdist.backends.local.runtimes import check_image
+
+        check_image(kind, request, self.local_runtimes)
+        name = kind_info(kind).job_name(request)
         isolation = launcher.isolation_mode()
         try:
             job_dir = self.store.create(kind, name)
@@ -106,12 +133,12 @@ class LocalBackend:
         state = {"status": "InProgress", "secondary_status": "Starting", "created": now, "block": list(block),
                  "transitions": [{"status": "Starting", "start": now, "message": "Preparing the instances"}],
                  "region": self.region, "s3_endpoint_url": self.s3_endpoint_url, "isolation": isolation,
-                 "root": str(self.store.root)}
+                 "root": str(self.store.root), "runtimes": self.local_runtimes}
         if parent:
             state["parent"] = parent
         write_json_atomic(job_dir / "state.json", state)
         with open(job_dir / "supervisor.log", "a") as log:
-            proc = subprocess.Popen([sys.executable, "-m", KIND_MODULES[kind], str(job_dir)],
+            proc = subprocess.Popen([sys.executable, "-m", kind_info(kind).local_module, str(job_dir)],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=self._supervisor_env())
         (job_dir / "supervisor.pid").write_text(str(proc.pid))
@@ -189,6 +216,7 @@ class LocalBackend:
 
     def list_jobs(self, kind: str, *, name_contains: str | None = None, status: str | None = None) -> list[dict]:
         """Summaries of the local jobs of ``kind`` (ListTrainingJobs-like: name, status, times)."""
+        info = kind_info(kind)
         out = []
         for name in self.store.list(kind):
             if name_contains and name_contains not in name:
@@ -196,8 +224,8 @@ class LocalBackend:
             st = self._live_state(kind, name)
             if status and st["status"] != status:
                 continue
-            summary = {OPERATIONS[kind]["name_key"]: name, OPERATIONS[kind]["arn_key"]: self.arn(kind, name),
-                       OPERATIONS[kind]["status_key"]: st["status"], "CreationTime": dt(st.get("created")),
+            summary = {info.name_key: name, info.arn_key: self.arn(kind, name),
+                       info.status_key: st["status"], "CreationTime": dt(st.get("created")),
                        "LastModifiedTime": last_modified(st)}
             if kind == "training" and st.get("secondary_status"):  # as ListTrainingJobs' summaries carry it
                 summary["SecondaryStatus"] = st["secondary_status"]
@@ -230,7 +258,7 @@ class LocalBackend:
 
     # -- helpers ---------------------------------------------------------------------------------
     def arn(self, kind: str, name: str) -> str:
-        return f"arn:aws:sagemaker:{self.region}:{ACCOUNT}:{ARN_RESOURCES[kind]}/{name.lower()}"
+        return kind_info(kind).arn(self.region, ACCOUNT, name)
 
     def job_dir(self, kind: str, name: str) -> Path:
         return self.store.job_dir(kind, name)

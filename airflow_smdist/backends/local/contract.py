@@ -312,8 +312,10 @@ def entry_command(entry: str, args: list[str], code_dir_outside: str, python: st
 
 
 def host_command(*, launcher: str, entry: str, args: list[str], code_dir_outside: str, cluster: Cluster,
-                 host: Host, nproc: int, master_port: int, python: str = sys.executable) -> list[str]:
-    """The command of one simulated host for the launcher the container would use."""
+                 host: Host, nproc: int, master_port: int, python: str = sys.executable,
+                 mpishim: str | None = None) -> list[str]:
+    """The command of one simulated host for the launcher the container would use (``mpishim``: the path of
+    the MPI shim's private copy, run by path in a job runtime that has no ``airflow_smdist``)."""
     n_hosts = len(cluster.hosts)
     if launcher == "torchrun":
         if not entry.endswith(".py"):
@@ -323,7 +325,8 @@ def host_command(*, launcher: str, entry: str, args: list[str], code_dir_outside
                 "--node_rank", str(cluster.rank(host)), entry, *args]
     if launcher in ("mpi", "smddp"):
         inner = entry_command(entry, args, code_dir_outside, python)
-        return [python, "-m", "airflow_smdist.backends.local.mpishim", "--np", str(nproc), "--nodes", str(n_hosts),
+        shim = [python, mpishim] if mpishim else [python, "-m", "airflow_smdist.backends.local.mpishim"]
+        return [*shim, "--np", str(nproc), "--nodes", str(n_hosts),
                 "--node-rank", str(cluster.rank(host)), "--", *inner]
     return entry_command(entry, args, code_dir_outside, python)
 

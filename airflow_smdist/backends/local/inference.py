@@ -825,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             os.makedirs(os.path.dirname(args.failure_file), exist_ok=True)
             with open(args.failure_file, "w") as f:
-                f.write(message[:1024])
+                f.write(message)  # the supervisor fits it into FailureReason, keeping the end
         except OSError:
             pass
         return 1

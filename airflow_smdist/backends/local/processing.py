@@ -45,9 +45,16 @@ import time
 import traceback
 from pathlib import Path
 
-from airflow_smdist.backends.local import ACCOUNT, contract, dt, last_modified, launcher
+from airflow_smdist.backends.local import (
+    ACCOUNT,
+    contract,
+    dt,
+    last_modified,
+    launcher,
+    runtimes,
+)
 from airflow_smdist.backends.local.store import write_json_atomic
-from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, shard
+from airflow_smdist.backends.local.supervisor import JobSupervisor, error_excerpt, fit_failure_reason, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.processing import is_python_command
 from airflow_smdist.storage import safe_join
@@ -118,6 +125,19 @@ def spark_home() -> str | None:
 def java_available() -> bool:
     home = os.environ.get("JAVA_HOME")
     return bool((home and os.path.exists(os.path.join(home, "bin", "java"))) or shutil.which("java"))
+
+
+def spark_master(n_hosts: int, n_cpus: int, conf: dict[str, str]) -> tuple[str, str]:
+    """The local Spark master for the instance count (``SMDIST_LOCAL_SPARK_MASTER``), and why."""
+    mode = os.environ.get("SMDIST_LOCAL_SPARK_MASTER", "local")
+    if mode == "local-cluster":
+        mem = _megabytes(conf.get("spark.executor.memory", "1g"))
+        return (f"local-cluster[{n_hosts},{n_cpus},{mem}]",
+                f"{n_hosts} executor JVM(s) (one per host) x {n_cpus} core(s), {mem} MB each")
+    if mode == "local":
+        return (f"local[{n_hosts * n_cpus}]",
+                f"{n_hosts * n_cpus} task slot(s) = {n_hosts} host(s) x {n_cpus} core(s) per host, in one driver JVM")
+    raise PlatformError(f"SMDIST_LOCAL_SPARK_MASTER={mode!r}: use 'local' (default) or 'local-cluster'")
 
 
 def parse_smspark(argv: list[str]) -> dict:
@@ -192,7 +212,7 @@ def check_request(request: dict) -> None:
             parse_smspark(list(entry[1:]) + list(app.get("ContainerArguments") or []))
         except ValueError as e:
             raise SpecError("AppSpecification.ContainerEntrypoint", str(e), "fix the smspark-submit command.") from None
-        if spark_home() is None:
+        if runtimes.runtime_mode() == "worker" and spark_home() is None:
             raise SpecError("AppSpecification.ContainerEntrypoint",
                             "smspark-submit runs on a local Spark, but the pyspark package is not installed here.",
                             "pip install 'airflow-smdist[local]' (pyspark), or use backend='sagemaker'.")
@@ -359,7 +379,7 @@ class ProcessingSupervisor(JobSupervisor):
 
     # -- running ---------------------------------------------------------------------------------
     def host_env(self, host: contract.Host, base: str, n_cpus: int) -> dict[str, str]:
-        env = dict(os.environ)
+        env = self.runtime.apply(dict(os.environ))
         region = self.state.get("region", "us-east-1")
         env.update({"AWS_REGION": region, "AWS_DEFAULT_REGION": env.get("AWS_DEFAULT_REGION") or region,
                     "SAGEMAKER_BASE_DIR": base, "PYTHONUNBUFFERED": "1",
@@ -370,7 +390,7 @@ class ProcessingSupervisor(JobSupervisor):
     def command(self, entry: list[str], base: str) -> list[str]:
         cmd = [relocate(t, base) for t in entry]
         if cmd and is_python_command(cmd[0]):
-            cmd[0] = sys.executable
+            cmd[0] = self.runtime.python
         return cmd
 
     def launch(self, cluster: contract.Cluster, isolation: str) -> None:
@@ -402,9 +422,9 @@ class ProcessingSupervisor(JobSupervisor):
             d.mkdir(parents=True, exist_ok=True)
         n_hosts = len(cluster.hosts)
         env = self.host_env(primary, base, n_cpus)
-        env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+        env.update({"PYSPARK_PYTHON": self.runtime.python, "PYSPARK_DRIVER_PYTHON": self.runtime.python,
                     "SPARK_LOCAL_IP": primary.address, "SPARK_CONF_DIR": str(conf_dir)})
-        home = spark_home()
+        home = self.runtime_spark_home()
 
         conf: dict[str, str] = {}
         configuration = self.read_configuration(hd)
@@ -424,18 +444,9 @@ class ProcessingSupervisor(JobSupervisor):
             # server reads it (Spark 4 defaults to rolling, zstd-compressed logs); spark-defaults may override
             conf.setdefault("spark.eventLog.rolling.enabled", "false")
             conf.setdefault("spark.eventLog.compress", "false")
-        mode = os.environ.get("SMDIST_LOCAL_SPARK_MASTER", "local")
-        if mode == "local-cluster":
-            mem = _megabytes(conf.get("spark.executor.memory", "1g"))
-            master = f"local-cluster[{n_hosts},{n_cpus},{mem}]"
-            why = f"{n_hosts} executor JVM(s) (one per host) x {n_cpus} core(s), {mem} MB each"
+        master, why = spark_master(n_hosts, n_cpus, conf)
+        if master.startswith("local-cluster"):
             home = self.shadow_spark_home(home, work / "spark-home")
-        elif mode == "local":
-            master = f"local[{n_hosts * n_cpus}]"
-            why = (f"{n_hosts * n_cpus} task slot(s) = {n_hosts} host(s) x {n_cpus} core(s) per host, in one "
-                   "driver JVM")
-        else:
-            raise PlatformError(f"SMDIST_LOCAL_SPARK_MASTER={mode!r}: use 'local' (default) or 'local-cluster'")
         conf.setdefault("spark.driver.host", primary.address)
         conf.setdefault("spark.driver.bindAddress", primary.address)
 
@@ -468,6 +479,14 @@ class ProcessingSupervisor(JobSupervisor):
         if isolation == "namespace":
             cmd = launcher.wrap_in_namespace(cmd, str(hd), str(cwd))
         self.start_host(primary, cmd, env, str(cwd))
+
+    def runtime_spark_home(self) -> str:
+        """The Spark of the job's runtime (its pyspark: the image's Spark version), or the worker's."""
+        home = spark_home() if self.runtime.is_worker else self.runtime.spark_home()
+        if home is None:
+            raise PlatformError(f"ClientError: the job's runtime ({self.runtime.name}) has no pyspark to run "
+                                "smspark-submit with")
+        return home
 
     @staticmethod
     def shadow_spark_home(home: str, shadow: Path) -> str:
@@ -565,13 +584,12 @@ class ProcessingSupervisor(JobSupervisor):
         path = self.dir / "logs" / f"{host.label}.jsonl"
         tail = [json.loads(x)["m"] for x in path.read_text().splitlines()[-400:]] if path.exists() else []
         lines = [x for x in tail if x.strip() and not SPARK_LOG_LINE.match(x)]
-        starts = [i for i, x in enumerate(lines) if x.startswith("Traceback (most recent call last)")]
-        error_lines = lines[starts[-1]:][-16:] if starts else lines[-8:]  # the last traceback, else the tail
+        error_lines = error_excerpt(lines)  # up to the last traceback's exception line, else the tail
         sig = f" (killed by signal {-code})" if code < 0 else ""
         what = "spark-submit" if is_spark(self.request) else "the processing command"
         text = (f"AlgorithmError: {what} failed with exit code {code}{sig} on host {host.label} ({host.address}):\n"
                 + "\n".join(error_lines))
-        return text[:FAILURE_LIMIT]
+        return fit_failure_reason(text)
 
     def exit_message(self, cluster: contract.Cluster) -> str | None:
         parts = []
@@ -602,6 +620,12 @@ class ProcessingSupervisor(JobSupervisor):
             self.secondary("Downloading", "Downloading input data")
             self.stage(cluster)
             stage_done = True
+            self.runtime = runtimes.resolve(self.request["AppSpecification"].get("ImageUri"),
+                                            local_root=self.store.root, job_dir=self.dir,
+                                            environment=self.request.get("Environment") or {},
+                                            declared=self.state.get("runtimes") or {}, log=self.say,
+                                            field_name="AppSpecification.ImageUri")
+            self.save(runtime=self.runtime.to_json())
             if self.stop_requested or (self.dir / "stop").exists():
                 status = "Stopped"
             else:
@@ -628,11 +652,10 @@ class ProcessingSupervisor(JobSupervisor):
             if self.procs:
                 self.end_all(5)
             status = "Failed"
-            if isinstance(e, PlatformError):
+            if isinstance(e, (PlatformError, runtimes.RuntimeError_)):
                 reason = str(e)
             else:  # staging reads the user's data (their error); after it, ours
                 reason = f"{'InternalServerError' if stage_done else 'ClientError'}: {type(e).__name__}: {e}"
-            reason = reason[:FAILURE_LIMIT]
         finally:
             self.store.release_block(job_key)
         self.secondary(status, {"Completed": "Processing job completed", "Failed": "Processing job failed",

@@ -10,18 +10,64 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import time
 from pathlib import Path
 
-from airflow_smdist.backends.base import OPERATIONS
+from airflow_smdist.kinds import kind_info
 from airflow_smdist.backends.local import contract, launcher
 from airflow_smdist.backends.local.metrics import MetricParser
+from airflow_smdist.backends.local.sampler import UtilizationSampler
 from airflow_smdist.backends.local.store import JobStore, read_json, write_json_atomic
 from airflow_smdist.storage import Storage, StoredObject, parse_uri
 
 FAILURE_LIMIT = 1024
+#: a traceback's first line, also as torch's elastic agent prefixes a rank's output ("[rank0]: Traceback ...")
+_TRACEBACK = re.compile(r"^(\[[^\]]*\]:\s?)?Traceback \(most recent call last\):")
+#: chained tracebacks ("During handling of the above exception ...") belong to the last one
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def fit_failure_reason(text: str, limit: int = FAILURE_LIMIT, *, keep_head: bool = True) -> str:
+    """``text`` within SageMaker's 1,024 characters of FailureReason, keeping what matters: its first line
+    (what failed, e.g. ``AlgorithmError: ExecuteUserScriptError:``; unless ``keep_head`` is false) and its
+    END (the exception line, then as much of the context before it as fits); the middle goes."""
+    if len(text) <= limit:
+        return text
+    head, _, rest = text.partition("\n") if keep_head else ("", "", text)
+    marker = "\n...\n" if head else "...\n"
+    head = head[: limit // 4]
+    tail = rest[-(limit - len(head) - len(marker)):]
+    cut = tail.find("\n")
+    if 0 <= cut < len(tail) // 2:  # start the kept context at a line boundary
+        tail = tail[cut + 1:]
+    return head + marker + tail
+
+
+def error_excerpt(lines: list[str]) -> list[str]:
+    """The lines a failure reason should quote from a host's output: up to the exception line of the last
+    traceback (chained ones included, with what was printed before them as context), else the output's
+    end. torch's elastic agent reports a failed rank with its own ChildFailedError traceback after the
+    rank's: the rank's is the one that names the cause."""
+    starts = [i for i, x in enumerate(lines) if _TRACEBACK.match(x)]
+    for start in reversed(starts):
+        end = _exception_line(lines, start)
+        if end is not None and "ChildFailedError" not in lines[end]:
+            return lines[: end + 1]
+    return lines
+
+
+def _exception_line(lines: list[str], start: int) -> int | None:
+    prefix = _TRACEBACK.match(lines[start]).group(1) or ""
+    for i in range(start + 1, len(lines)):
+        body = lines[i].removeprefix(prefix)
+        if body.strip() and not body.startswith((" ", "\t")) and not _TRACEBACK.match(body):
+            if body.startswith(_CHAINED):
+                continue
+            return i
+    return None
 
 
 class PlatformError(RuntimeError):
@@ -61,7 +107,7 @@ class JobSupervisor:
         self.dir = Path(job_dir)
         self.store = JobStore(self.dir.parent.parent)
         self.request = read_json(self.dir / "request.json")
-        self.name = self.request[OPERATIONS[self.kind]["name_key"]]
+        self.name = kind_info(self.kind).job_name(self.request)
         self.state = read_json(self.dir / "state.json")
         self.storage = Storage(endpoint_url=self.state.get("s3_endpoint_url"), region_name=self.state.get("region"))
         self.metrics = MetricParser(self.metric_definitions())
@@ -71,9 +117,12 @@ class JobSupervisor:
         self.procs: dict[str, object] = {}
         self.readers: list[threading.Thread] = []
         self.log = open(self.dir / "supervisor.log", "a", buffering=1)
+        self.sampler = UtilizationSampler(self.dir)  # per-host CPU, memory and I/O while hosts run
 
     # -- state -----------------------------------------------------------------------------------
     def save(self, **changes) -> None:
+        if changes.get("failure_reason"):  # every kind's reasons meet SageMaker's limit here, keeping the end
+            changes["failure_reason"] = fit_failure_reason(str(changes["failure_reason"]))
         self.state.update(changes)
         with self.metrics_lock:
             self.state["final_metrics"] = dict(self.final_metrics)
@@ -140,6 +189,7 @@ class JobSupervisor:
 
         proc = launcher.spawn(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE)
         self.procs[host.label] = proc
+        self.sampler.add(host.label, proc)
         t = threading.Thread(target=self.reader, args=(host, proc.stdout), daemon=True)
         t.start()
         self.readers.append(t)
@@ -206,11 +256,13 @@ class JobSupervisor:
             for t in self.readers:
                 t.join(timeout=5)
             if path.exists():
-                tail = [json.loads(x)["m"] for x in path.read_text().splitlines()[-200:]]
-            error_lines = [x for x in tail if x.strip()][-8:]
+                tail = [json.loads(x)["m"] for x in path.read_text().splitlines()[-400:]]
+            error_lines = error_excerpt([x for x in tail if x.strip()])
             sig = f" (killed by signal {-code})" if code < 0 else ""
-            text = (f"ExecuteUserScriptError:\nExitCode {code}{sig}\nHost {host.label} ({host.address})\n"
-                    f"ErrorMessage \"{chr(10).join(error_lines)}\"")
+            head = f"ExecuteUserScriptError:\nExitCode {code}{sig}\nHost {host.label} ({host.address})\nErrorMessage \""
+            room = FAILURE_LIMIT - len("AlgorithmError: ") - len(head) - 1
+            text = head + fit_failure_reason("\n".join(error_lines), room, keep_head=False) + '"'
+
             failure.parent.mkdir(parents=True, exist_ok=True)
             failure.write_text(text)  # as the training toolkit does when the user script fails
-        return ("AlgorithmError: " + text)[:FAILURE_LIMIT]
+        return fit_failure_reason("AlgorithmError: " + text)

@@ -22,9 +22,21 @@ import time
 import traceback
 from pathlib import Path
 
-from airflow_smdist.backends.local import contract, dt, last_modified, launcher, transitions_of
+from airflow_smdist.backends.local import (
+    contract,
+    dt,
+    last_modified,
+    launcher,
+    runtimes,
+    transitions_of,
+)
 from airflow_smdist.backends.local.store import write_json_atomic
-from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, PlatformError, free_port, shard
+from airflow_smdist.backends.local.supervisor import (
+    JobSupervisor,
+    PlatformError,
+    free_port,
+    shard,
+)
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import safe_join
 
@@ -168,14 +180,50 @@ class TrainingSupervisor(JobSupervisor):
         self.storage.download(submit, target)
         return target
 
+    # -- runtime ---------------------------------------------------------------------------------
+    def prepare_runtime(self, cluster: contract.Cluster) -> runtimes.Runtime:
+        """The job's runtime (its image's; see :mod:`.runtimes`), with the toolkit's pre-run steps on top: the
+        code directory's requirements.txt / setup.py package in the job's layer, shell entry points made
+        executable."""
+        req = self.request
+        rt = runtimes.resolve(req["AlgorithmSpecification"].get("TrainingImage"), local_root=self.store.root,
+                              job_dir=self.dir, environment=req.get("Environment") or {},
+                              declared=self.state.get("runtimes") or {}, log=self.say)
+        self.save(runtime=rt.to_json())
+        code = self.host_dir(cluster.hosts[0]) / "code"
+        entry = program_of(req)
+        if entry and not runs_builtin_xgboost(req):
+            for host in cluster.hosts:  # _entry_point_type COMMAND: chmod 0777, as entry_point.install does
+                path = self.host_dir(host) / "code" / entry
+                if path.is_file() and not entry.endswith(".py"):
+                    os.chmod(path, 0o777)
+        if code.is_dir() and entry:
+            rt = runtimes.install_layer(rt, code, self.dir / "layer", log=self.say)
+            self.save(runtime=rt.to_json())
+        return rt
+
+    def write_success(self, cluster: contract.Cluster) -> None:
+        """``output/success`` on every host, as the training toolkit writes it when the entry point succeeds."""
+        for host in cluster.hosts:
+            out = self.host_dir(host) / "output"
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "success").touch()
+
+    def write_failure(self, cluster: contract.Cluster, text: str) -> None:
+        for host in cluster.hosts:
+            out = self.host_dir(host) / "output"
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "failure").write_text(text)
+
     # -- running ---------------------------------------------------------------------------------
     def launch(self, cluster: contract.Cluster, channels_of: dict, master_port: int, isolation: str) -> None:
         req = self.request
         hps = contract.decode_hyperparameters(req.get("HyperParameters", {}))
         user, fixed, extra = contract.split_hyperparameters(hps)
         runner = contract.launcher_of({**fixed, **extra})
-        entry = fixed.get("sagemaker_program")
+        entry = program_of(req)
         spec = req["AlgorithmSpecification"]
+        rt = self.runtime
         n_cpus = max(1, (os.cpu_count() or 1) // len(cluster.hosts))
         nproc = contract.processes_per_host(extra, 0)
         builtin = runs_builtin_xgboost(req)
@@ -190,7 +238,7 @@ class TrainingSupervisor(JobSupervisor):
         for host in cluster.hosts:
             hd = self.host_dir(host)
             inside = contract.HostPaths("/opt/ml" if isolation == "namespace" else str(hd))
-            env = dict(os.environ)
+            env = rt.apply(dict(os.environ))
             env.update(contract.host_environment(request=req, cluster=cluster, host=host, paths=inside,
                                                  channels=channels_of[host.label], num_cpus=n_cpus,
                                                  master_port=master_port, region=self.state.get("region", "us-east-1")))
@@ -199,13 +247,14 @@ class TrainingSupervisor(JobSupervisor):
                 env["TF_CONFIG"] = contract.tf_config(cluster, host)
             if builtin:
                 env["SMDIST_XGBOOST_TRACKER_PORT"] = str(tracker_port)
-                cmd = [sys.executable, "-m", XGBOOST_MODULE]
+                cmd = [rt.python, rt.platform_script("builtin_xgboost.py")]
             elif spec.get("ContainerEntrypoint"):
                 cmd = list(spec["ContainerEntrypoint"]) + list(spec.get("ContainerArguments") or [])
             else:
                 cmd = contract.host_command(launcher=runner, entry=entry, args=contract.to_cmd_args(user),
                                             code_dir_outside=str(hd / "code"), cluster=cluster, host=host,
-                                            nproc=nproc, master_port=master_port)
+                                            nproc=nproc, master_port=master_port, python=rt.python,
+                                            mpishim=rt.platform_script("mpishim.py"))
             cwd_inside = inside.p("code")
             if isolation == "namespace":
                 cmd = launcher.wrap_in_namespace(cmd, str(hd), cwd_inside)
@@ -281,6 +330,7 @@ class TrainingSupervisor(JobSupervisor):
                          "/opt/ml paths will not resolve")
             self.secondary("Downloading", "Downloading input data and source code")
             channels_of = self.stage(cluster)
+            self.runtime = self.prepare_runtime(cluster)
             if self.stop_requested or (self.dir / "stop").exists():
                 status, secondary = "Stopped", "Stopped"
             else:
@@ -294,18 +344,24 @@ class TrainingSupervisor(JobSupervisor):
                 status, secondary, reason = self.watch(cluster)
                 for t in self.readers:
                     t.join(timeout=10)
+                if status == "Completed":
+                    self.write_success(cluster)
             self.sync_checkpoints(cluster)
             if status == "Completed" or secondary == "MaxRuntimeExceeded" or (status == "Stopped" and self.procs):
                 self.secondary("Uploading", "Uploading generated training model")
                 model = self.pack(cluster, "model", "model.tar.gz")
                 output = self.pack(cluster, "output/data", "output.tar.gz")
                 self.save(model_artifacts=model, output_artifacts=output)
+        except runtimes.LayerError as e:  # the toolkit's pre-run install failed: its message, as the container's
+            self.write_failure(cluster, str(e))
+            status, secondary, reason = "Failed", "Failed", "AlgorithmError: " + str(e)
         except Exception as e:  # noqa: BLE001 - any platform error fails the job with its reason
             self.log.write(traceback.format_exc())
             if self.procs:
                 self.end_all(5)
             status, secondary = "Failed", "Failed"
-            reason = (reason or (str(e) if isinstance(e, PlatformError) else f"{type(e).__name__}: {e}"))[:FAILURE_LIMIT]
+            reason = reason or (str(e) if isinstance(e, (PlatformError, runtimes.RuntimeError_))
+                                else f"{type(e).__name__}: {e}")
         finally:
             self.store.release_block(job_key)
         self.secondary(secondary, {"Completed": "Training job completed", "Failed": "Training job failed",
@@ -314,6 +370,17 @@ class TrainingSupervisor(JobSupervisor):
         self.state["transitions"][-1]["end"] = time.time()
         self.save(status=status, failure_reason=reason, ended=time.time())
         return 0 if status == "Completed" else 1
+
+
+def program_of(request: dict) -> str | None:
+    """The entry point: ``SAGEMAKER_PROGRAM`` in the Environment first, then the ``sagemaker_program``
+    hyperparameter, as the training toolkit's Environment reads them."""
+    env = request.get("Environment") or {}
+    if env.get("SAGEMAKER_PROGRAM"):
+        return str(env["SAGEMAKER_PROGRAM"])
+    hps = contract.decode_hyperparameters(request.get("HyperParameters", {}))
+    program = hps.get("sagemaker_program")
+    return str(program) if program else None
 
 
 def check_request(request: dict) -> None:
@@ -325,7 +392,7 @@ def check_request(request: dict) -> None:
                         "use backend='sagemaker'.")
     if runs_builtin_xgboost(request):
         check_builtin_xgboost(request)
-    elif "sagemaker_program" not in hps and not spec.get("ContainerEntrypoint"):
+    elif not program_of(request) and not spec.get("ContainerEntrypoint"):
         raise SpecError("AlgorithmSpecification.TrainingImage",
                         f"{spec.get('TrainingImage')!r} runs its own container code, which needs Docker or SageMaker.",
                         "run it with backend='sagemaker', or give entry_point=... (script mode) or "
@@ -364,7 +431,7 @@ def check_builtin_xgboost(request: dict) -> None:
                         "You can't override the metric definitions for Amazon SageMaker algorithms. Please retry the "
                         "request without specifying metric definitions (SageMaker's ValidationException).",
                         "drop metric_definitions: the job gets the algorithm's own (train:rmse, validation:auc, ...).")
-    if importlib.util.find_spec("xgboost") is None:
+    if runtimes.runtime_mode() == "worker" and importlib.util.find_spec("xgboost") is None:
         raise SpecError("AlgorithmSpecification.TrainingImage",
                         "the local backend runs the built-in XGBoost algorithm with the xgboost package, which is not "
                         "installed here.", "pip install xgboost, or use backend='sagemaker'.")

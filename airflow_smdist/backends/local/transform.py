@@ -30,7 +30,7 @@ from airflow_smdist.backends.base import BackendError
 from airflow_smdist.backends.local import ACCOUNT, contract, dt, launcher
 from airflow_smdist.backends.local import inference
 from airflow_smdist.backends.local.store import read_json, write_json_atomic
-from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, shard
+from airflow_smdist.backends.local.supervisor import JobSupervisor, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.sharding import output_uri
 from airflow_smdist.storage import Storage, relative_key
@@ -313,12 +313,12 @@ class TransformSupervisor(JobSupervisor):
                 for t in self.readers:
                     t.join(timeout=10)
         except PlatformError as e:
-            status, reason = "Failed", str(e)[:FAILURE_LIMIT]
+            status, reason = "Failed", str(e)
         except Exception as e:  # noqa: BLE001 - any platform error fails the job with its reason
             self.log.write(traceback.format_exc())
             if self.procs:
                 self.end_all(5)
-            status, reason = "Failed", f"InternalServerError: {type(e).__name__}: {e}"[:FAILURE_LIMIT]
+            status, reason = "Failed", f"InternalServerError: {type(e).__name__}: {e}"
         finally:
             self.store.release_block(job_key)
         self.say({"Completed": "Transform job completed", "Failed": f"Transform job failed: {reason}",

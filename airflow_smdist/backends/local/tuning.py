@@ -47,7 +47,7 @@ from typing import Any
 
 from airflow_smdist.backends.base import TERMINAL_STATES, JobNotFound
 from airflow_smdist.backends.local import dt, last_modified
-from airflow_smdist.backends.local.supervisor import FAILURE_LIMIT, JobSupervisor, stop_grace
+from airflow_smdist.backends.local.supervisor import JobSupervisor, stop_grace
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.tuning import check_tuning_request, grid_combinations, infer_max_resource
 
@@ -430,7 +430,8 @@ class TuningSupervisor(JobSupervisor):
         from airflow_smdist.backends.local import LocalBackend
 
         self.backend = LocalBackend(self.state.get("root") or self.store.root, region_name=self.state.get("region"),
-                                    s3_endpoint_url=self.state.get("s3_endpoint_url"))
+                                    s3_endpoint_url=self.state.get("s3_endpoint_url"),
+                                    local_runtimes=self.state.get("runtimes"))
         cfg = self.request["HyperParameterTuningJobConfig"]
         self.cfg = cfg
         self.objective = objective_of(self.request)
@@ -544,7 +545,7 @@ class TuningSupervisor(JobSupervisor):
         finally:
             self.store.release_block(f"tuning/{self.name}")
         self.say(f"Tuning job {status}" + (f": {reason}" if reason else ""))
-        self.persist(status=status, failure_reason=(reason or None) and reason[:FAILURE_LIMIT], ended=time.time(),
+        self.persist(status=status, failure_reason=reason or None, ended=time.time(),
                      host_pids={})
         return 0 if status == "Completed" else 1
 

@@ -10,10 +10,9 @@ import argparse
 import json
 import os
 
+import features
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-
-import features
 
 
 def drop_bookkeeping(path):

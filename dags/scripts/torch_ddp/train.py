@@ -11,6 +11,7 @@ import argparse
 import glob
 import json
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -72,6 +73,7 @@ def main():
     for epoch in range(start_epoch, args.epochs):
         perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(epoch))
         total = torch.zeros(1)
+        began = time.time()
         for i in range(steps):
             # gradual warm-up: ramp from lr/world to the scaled lr over warmup_epochs
             if global_step < warmup_steps:
@@ -89,8 +91,9 @@ def main():
             global_step += 1
         dist.all_reduce(total)
         mean = total.item() / (steps * world)
+        samples_per_sec = steps * args.batch_size * world / max(time.time() - began, 1e-9)  # global throughput
         if rank == 0:
-            print(f"epoch={epoch} lr={lr:.5f} train_loss={mean:.6f}", flush=True)
+            print(f"epoch={epoch} lr={lr:.5f} train_loss={mean:.6f} samples_per_sec={samples_per_sec:.1f}", flush=True)
             os.makedirs(CHECKPOINT_DIR, exist_ok=True)
             torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch}, ckpt)
         dist.barrier()

@@ -1,0 +1,719 @@
+"""Local images: the job's container image, mapped to a local *runtime* (an isolated Python environment).
+
+A SageMaker job runs in the image it names; a local job runs in the runtime that image implies, never in
+the Airflow worker's environment (docs/contracts.md). :func:`resolve` turns a request's image into a
+:class:`Runtime`, once per job, in the job's supervisor:
+
+* a SageMaker framework image (the table :data:`IMAGES`): an environment holding the image's framework
+  packages at the image's versions where they install on this machine, built on first use with ``uv`` into
+  a content-addressed cache (``SMDIST_RUNTIME_CACHE``, default ``<local root>/runtimes/<key>``) and reused
+  afterwards. Where the exact version does not install here (no wheel for this Python, or only a CUDA
+  build), the nearest one that does is used, and the job's log and description say which;
+* the user's own image: the runtime declared for it, in the request's ``Environment``
+  (``SMDIST_LOCAL_REQUIREMENTS``: requirement lines, or ``SMDIST_LOCAL_PYTHON``: an existing interpreter) or
+  in the ``smdist`` connection's extra ``{"local_runtimes": {"<image URI or repository>": {"requirements":
+  [...]} | {"python": "/path/bin/python"}}}``; none declared is an error naming those fields;
+* ``SMDIST_LOCAL_RUNTIME=worker``: the worker's own interpreter, an explicit choice the job's log states.
+
+On top of a runtime, :func:`install_layer` does the training toolkit's pre-run step for a job: its code
+directory's ``requirements.txt`` (and a ``setup.py`` package) installed into a per-job layer that goes first
+on the hosts' ``PYTHONPATH``; a failure is the toolkit's ``InstallRequirementsError`` with uv's output.
+
+Project code that is "part of the image" (the built-in XGBoost algorithm, the inference engine) runs inside
+the runtime by path from a private per-job copy (:meth:`Runtime.platform_script`): the runtime never has
+``airflow_smdist`` on its path, so user code cannot import it, as on SageMaker.
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from airflow_smdist.specs.errors import SpecError
+
+RUNTIME_ENV = "SMDIST_LOCAL_RUNTIME"
+CACHE_ENV = "SMDIST_RUNTIME_CACHE"
+REQUIREMENTS_KEY = "SMDIST_LOCAL_REQUIREMENTS"
+PYTHON_KEY = "SMDIST_LOCAL_PYTHON"
+FORMAT = 1  # bump when what a built runtime holds changes: a new key, so old runtimes are not reused
+PLATFORM_FILES = ("builtin_xgboost.py", "inference.py", "mpishim.py")
+_ECR = re.compile(r"^(?:[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?/)(?P<repo>[^:@]+)"
+                  r"(?::(?P<tag>[A-Za-z0-9._-]+)|@sha256:[0-9a-f]{64})?$")
+
+#: What each SageMaker image holds, as far as a script can tell: repository -> (framework, its package, the
+#: companion packages AWS's images ship and AWS's example scripts import). Versions come from the tag;
+#: :data:`COMPANIONS` pins the companions to the image's versions (the images' Dockerfiles).
+IMAGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "sagemaker-scikit-learn": ("sklearn", "scikit-learn", ("numpy", "scipy", "pandas", "joblib", "boto3")),
+    "sagemaker-xgboost": ("xgboost", "xgboost", ("numpy", "scipy", "pandas", "scikit-learn", "boto3")),
+    "sagemaker-spark-processing": ("spark", "pyspark", ("numpy", "pandas", "boto3")),
+    "pytorch-training": ("pytorch", "torch", ("numpy", "scipy", "pandas", "scikit-learn", "pillow", "boto3")),
+    "pytorch-inference": ("pytorch", "torch", ("numpy", "pandas", "pillow", "boto3")),
+    "tensorflow-training": ("tensorflow", "tensorflow-cpu", ("numpy", "scipy", "pandas", "scikit-learn",
+                                                            "pillow", "boto3")),
+    "tensorflow-inference": ("tensorflow", "tensorflow-cpu", ("numpy", "pandas", "boto3")),
+}
+
+#: What an image has that its local runtime cannot (said in the job's log and description).
+MISSING: dict[str, str] = {
+    "pytorch": "torchvision and torchaudio: the image has them, but PyPI's builds need CUDA torch and this machine "
+               "has a CPU torch only (add a CPU build to requirements.txt where one installs)",
+}
+
+#: The companions' versions in a given image (framework, version prefix) -> {package: version}; unknown ones
+#: get the newest that agrees with the framework package. From the images' Dockerfiles/requirements.
+COMPANIONS: dict[tuple[str, str], dict[str, str]] = {
+    ("sklearn", "1.2"): {"scikit-learn": "1.2.1", "numpy": "1.24.1", "scipy": "1.8.0", "pandas": "1.1.3"},
+    ("sklearn", "1.0"): {"scikit-learn": "1.0.2", "numpy": "1.21.6", "scipy": "1.7.3", "pandas": "1.1.3"},
+    ("sklearn", "0.23"): {"scikit-learn": "0.23.2", "numpy": "1.19.2", "scipy": "1.5.3", "pandas": "1.1.3"},
+    ("xgboost", "1.7"): {"xgboost": "1.7.4", "numpy": "1.23.5", "scipy": "1.10.1", "pandas": "1.5.3",
+                         "scikit-learn": "1.2.1"},
+    ("xgboost", "1.5"): {"xgboost": "1.5.2", "numpy": "1.21.6", "scipy": "1.7.3", "pandas": "1.3.5"},
+    ("spark", "3.5"): {"numpy": "1.26.4", "pandas": "2.0.3"},
+    ("spark", "3.3"): {"numpy": "1.23.5", "pandas": "1.5.3"},
+}
+#: numpy 2 broke the C ABI: packages built before it need numpy < 2 (versions below these)
+NUMPY1_BEFORE = {"scikit-learn": "1.4.2", "xgboost": "2.1.0", "pyspark": "4.0.0", "torch": "2.3.0",
+                 "scipy": "1.13.0", "pandas": "2.2.2", "tensorflow-cpu": "2.18.0"}
+
+
+class RuntimeError_(RuntimeError):
+    """A runtime that cannot be had: its message names the request field and the way out."""
+
+    def __init__(self, field_name: str, message: str, fix: str, detail: str = "") -> None:
+        self.field, self.message, self.fix = field_name, message, fix
+        head = f"{field_name}: {message} Fix: {fix}"
+        room = 1000 - len(head)  # a FailureReason holds 1 KB: the field and the fix first, then what fits
+        if detail and room > 40:
+            head += "\n" + (detail if len(detail) <= room else detail[:room - 4] + " ...")
+        super().__init__(head)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where a job's host processes run: an interpreter, its bin directory, and environment additions."""
+
+    name: str  # what it stands for, e.g. "sagemaker-scikit-learn:1.2-1 (scikit-learn 1.2.1)"
+    python: str  # the interpreter every host process of the job runs
+    bin_dir: str  # first on the hosts' PATH (console scripts such as torchrun, spark-submit)
+    root: str | None = None  # the environment's directory; None for the worker's interpreter
+    packages: dict = field(default_factory=dict)  # image package -> version installed here
+    notes: tuple = ()  # where it differs from the image (nearest versions, ...): in the log and description
+    env: dict = field(default_factory=dict)  # added to every host's environment (PYTHONPATH of the job layer)
+    platform_dir: str | None = None  # the job's private copy of the project files that run "as the image"
+    job_bin: str | None = None  # the job's own commands (its ``pip``), first on PATH
+
+    @property
+    def is_worker(self) -> bool:
+        return self.root is None
+
+    def description(self) -> str:
+        """One line: what ran, and how it differs from the image."""
+        pkgs = ", ".join(f"{k} {v}" for k, v in sorted(self.packages.items()))
+        text = f"{self.name}" + (f" [{pkgs}]" if pkgs else "")
+        return text + ("; " + "; ".join(self.notes) if self.notes else "")
+
+    def with_layer(self, layer: str | None) -> Runtime:
+        """This runtime with a job's layer first on PYTHONPATH."""
+        if not layer:
+            return self
+        return replace(self, env={**self.env, "PYTHONPATH": layer})
+
+    def apply(self, env: dict[str, str]) -> dict[str, str]:
+        """A host's environment with this runtime: its bin directory first on PATH and, for a job runtime, no
+        PYTHONPATH but the job's layer (the worker's PYTHONPATH never reaches a job's code)."""
+        env = dict(env)
+        env["PATH"] = self.bin_dir + os.pathsep + env.get("PATH", os.defpath)
+        if self.job_bin:
+            env["PATH"] = self.job_bin + os.pathsep + env["PATH"]
+        if not self.is_worker:
+            env.pop("PYTHONPATH", None)
+            env.pop("VIRTUAL_ENV", None)
+            env.pop("PYTHONHOME", None)
+        layer = self.env.get("PYTHONPATH")
+        env.update(self.env)
+        if self.is_worker and layer and os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = layer + os.pathsep + os.environ["PYTHONPATH"]
+        return env
+
+    def site_packages(self) -> str:
+        out = subprocess.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=False,
+                             capture_output=True, text=True, timeout=60, env=_clean_env())
+        return out.stdout.strip()
+
+    def spark_home(self) -> str | None:
+        """The runtime's pyspark (its ``bin/spark-submit``)."""
+        home = os.path.join(self.site_packages(), "pyspark")
+        return home if os.path.exists(os.path.join(home, "bin", "spark-submit")) else None
+
+    def platform_script(self, name: str) -> str:
+        """The path of the private copy of a project file that runs inside the runtime (by path, so the
+        runtime needs no ``airflow_smdist`` and user code cannot import it)."""
+        if name not in PLATFORM_FILES:
+            raise ValueError(f"{name} is not one of {PLATFORM_FILES}")
+        if self.platform_dir is None:
+            raise ValueError("platform_script: the runtime was resolved without a job directory")
+        return os.path.join(self.platform_dir, name)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "python": self.python, "bin_dir": self.bin_dir, "root": self.root,
+                "job_bin": self.job_bin,
+                "packages": dict(self.packages), "notes": list(self.notes), "env": dict(self.env)}
+
+
+# -- configuration ------------------------------------------------------------------------------------------
+def runtime_mode() -> str:
+    mode = os.environ.get(RUNTIME_ENV, "image").strip() or "image"
+    if mode not in ("image", "worker"):
+        raise SpecError(RUNTIME_ENV, f"{mode!r} is not a runtime mode.",
+                        "use 'image' (default: the job's image's runtime) or 'worker' (the worker's interpreter).")
+    return mode
+
+
+def cache_dir(local_root: str | os.PathLike) -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path(local_root) / "runtimes")
+
+
+def worker_runtime(job_dir: str | os.PathLike | None = None) -> Runtime:
+    """The Airflow worker's own interpreter (``SMDIST_LOCAL_RUNTIME=worker``)."""
+    rt = Runtime(name="the Airflow worker's interpreter (SMDIST_LOCAL_RUNTIME=worker)", python=sys.executable,
+                 bin_dir=os.path.dirname(sys.executable),
+                 notes=("packages and versions are the worker's, not the image's",))
+    return _with_platform(rt, job_dir)
+
+
+PIP_SHIM = """#!/bin/sh
+# pip of a local job (airflow-smdist): installs go into the job's layer, first on PYTHONPATH, so the
+# runtime that jobs share stays as it was built (a container's pip installs into its own image copy)
+case "$1" in
+  install) shift; exec {uv} pip install --python {python} --target {layer} {sources} "$@" ;;
+  uninstall) shift; echo "pip uninstall $*: skipped (the local runtime is shared by jobs)"; exit 0 ;;
+  *) exec {uv} pip "$@" --python {python} ;;
+esac
+"""
+
+
+def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
+    """Copy the project files that run "as part of the image" into the job's private ``platform/``; for a
+    job runtime, give the job its layer (on PYTHONPATH) and a ``pip`` that installs into it."""
+    if job_dir is None:
+        return rt
+    dest = Path(job_dir) / "platform"
+    dest.mkdir(parents=True, exist_ok=True)
+    here = Path(__file__).resolve().parent
+    for name in PLATFORM_FILES:
+        shutil.copyfile(here / name, dest / name)
+    rt = replace(rt, platform_dir=str(dest))
+    if rt.is_worker:
+        return rt
+    import shlex
+
+    layer, job_bin = Path(job_dir) / "layer", Path(job_dir) / "bin"
+    job_bin.mkdir(parents=True, exist_ok=True)
+    shim = job_bin / "pip"
+    shim.write_text(PIP_SHIM.format(uv=shlex.quote(uv_binary()), python=shlex.quote(rt.python),
+                                    layer=shlex.quote(str(layer)), sources=shlex.join(uv_source_args())))
+    shim.chmod(0o755)
+    for alias in ("pip3",):
+        (job_bin / alias).unlink(missing_ok=True)
+        (job_bin / alias).symlink_to("pip")
+    return replace(rt.with_layer(str(layer)), job_bin=str(job_bin))
+
+
+# -- images -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ImageSpec:
+    """What a runtime for one image must hold."""
+
+    image: str
+    framework: str  # sklearn, xgboost, spark, pytorch, tensorflow, user
+    version: str | None  # the framework version the image tag names
+    package: str | None  # the framework's package
+    pins: dict  # package -> the image's version ("" when unknown: newest that agrees)
+    requirements: tuple = ()  # a user runtime's declared requirement lines
+    python: str | None = None  # a user runtime's declared interpreter
+
+    def label(self) -> str:
+        return f"{self.image.rsplit('/', 1)[-1]}"
+
+
+def parse_image(image: str) -> tuple[str, str] | None:
+    """(repository, tag) of a SageMaker ECR image URI, or None for any other image."""
+    m = _ECR.match((image or "").strip())
+    if not m:
+        return None
+    return m.group("repo"), m.group("tag") or ""
+
+
+def framework_version(framework: str, tag: str) -> str | None:
+    """The framework version a tag names: ``1.2-1`` -> ``1.2``; ``3.5-cpu-py39-v1.0`` -> ``3.5``;
+    ``2.5.1-cpu-py311-ubuntu22.04-sagemaker`` -> ``2.5.1``."""
+    m = re.match(r"^([0-9]+(?:\.[0-9]+){0,2})", tag or "")
+    if not m:
+        return None
+    return m.group(1)
+
+
+def image_spec(image: str, *, environment: dict | None = None, declared: dict | None = None,
+               field_name: str = "AlgorithmSpecification.TrainingImage") -> ImageSpec:
+    """What the runtime of ``image`` holds; a user image needs a declared runtime (else RuntimeError_)."""
+    user = _declared_runtime(image, environment or {}, declared or {})
+    if user is not None:
+        return user
+    parsed = parse_image(image)
+    if parsed and parsed[0] in IMAGES:
+        repo, tag = parsed
+        framework, package, companions = IMAGES[repo]
+        version = framework_version(framework, tag)
+        known = _companion_versions(framework, version)
+        pins = {package: known.get(package, version or "")}
+        pins.update({c: known.get(c, "") for c in companions})
+        return ImageSpec(image=image, framework=framework, version=version, package=package, pins=pins)
+    raise RuntimeError_(field_name, f"{image!r} is not a SageMaker framework image with a local runtime, and no "
+                        "local runtime is declared for it.",
+                        f"declare one: Environment {{'{REQUIREMENTS_KEY}': 'pkg==1.0 other'}} (requirement lines) or "
+                        f"{{'{PYTHON_KEY}': '/path/to/bin/python'}} (an existing interpreter), or the smdist "
+                        "connection's extra {\"local_runtimes\": {\"<image URI or repository>\": {\"requirements\": "
+                        f"[...]}}}}; or {RUNTIME_ENV}=worker to run in the worker's interpreter.")
+
+
+def _companion_versions(framework: str, version: str | None) -> dict[str, str]:
+    if not version:
+        return {}
+    for (fw, prefix), pins in COMPANIONS.items():
+        if fw == framework and (version == prefix or version.startswith(prefix + ".")):
+            return pins
+    return {}
+
+
+def _declared_runtime(image: str, environment: dict, declared: dict) -> ImageSpec | None:
+    entry = None
+    if environment.get(REQUIREMENTS_KEY) or environment.get(PYTHON_KEY):
+        entry = {"requirements": environment.get(REQUIREMENTS_KEY), "python": environment.get(PYTHON_KEY)}
+    else:
+        repo = (image or "").split("@")[0].rsplit(":", 1)[0] if "/" in (image or "") else image
+        entry = declared.get(image) or declared.get(repo)
+    if not entry:
+        return None
+    reqs = entry.get("requirements") or ()
+    if isinstance(reqs, str):
+        reqs = [r for r in re.split(r"[\n ]+", reqs) if r.strip()]
+    return ImageSpec(image=image, framework="user", version=None, package=None, pins={},
+                     requirements=tuple(reqs), python=entry.get("python") or None)
+
+
+#: where each job kind's request names its image, for :func:`check_image`
+IMAGE_FIELDS = {
+    "training": ("AlgorithmSpecification", "TrainingImage"),
+    "processing": ("AppSpecification", "ImageUri"),
+    "tuning": ("TrainingJobDefinition", "AlgorithmSpecification", "TrainingImage"),
+}
+
+
+def check_image(kind: str, request: dict, declared: dict | None = None) -> None:
+    """Refuse, before the job starts, an image that has no local runtime (SpecError naming the fields)."""
+    if kind not in IMAGE_FIELDS or runtime_mode() == "worker":
+        return
+    node, path = request, IMAGE_FIELDS[kind]
+    for key in path:
+        node = (node or {}).get(key) or {}
+    image = node if isinstance(node, str) else ""
+    env = request.get("Environment") or (request.get("TrainingJobDefinition") or {}).get("Environment") or {}
+    if not image:
+        return  # AlgorithmName and the like: the kind's own check_request refuses them
+    try:
+        image_spec(image, environment=env, declared=declared, field_name=".".join(path))
+    except RuntimeError_ as e:
+        raise SpecError(e.field, e.message, e.fix) from None
+
+
+# -- uv -----------------------------------------------------------------------------------------------------
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        pass
+    found = shutil.which("uv") or shutil.which("uv", path=os.path.dirname(sys.executable))
+    if not found:
+        raise RuntimeError_("runtime", "building a local runtime needs uv, which is not installed.",
+                            f"pip install uv (or set {RUNTIME_ENV}=worker).")
+    return found
+
+
+def _pip_config() -> dict[str, list[str]]:
+    """find-links / index-url / extra-index-url / constraint as pip reads them (its config files and PIP_*),
+    so uv finds what pip would on this machine (local wheel directories and indexes)."""
+    parser = configparser.RawConfigParser()
+    files = ["/etc/xdg/pip/pip.conf", "/etc/pip.conf", os.path.expanduser("~/.pip/pip.conf"),
+             os.path.expanduser("~/.config/pip/pip.conf")]
+    if os.environ.get("PIP_CONFIG_FILE"):
+        files.append(os.environ["PIP_CONFIG_FILE"])
+    parser.read([f for f in files if os.path.isfile(f)])
+    out: dict[str, list[str]] = {}
+    for key in ("find-links", "index-url", "extra-index-url", "constraint"):
+        values: list[str] = []
+        for section in ("global", "install"):
+            if parser.has_option(section, key):
+                values = parser.get(section, key).split()
+        env = os.environ.get("PIP_" + key.upper().replace("-", "_"))
+        if env:
+            values = env.split()
+        out[key] = values
+    return out
+
+
+def uv_source_args() -> list[str]:
+    cfg = _pip_config()
+    args: list[str] = []
+    for link in cfg["find-links"]:
+        args += ["--find-links", link]
+    for url in cfg["index-url"][:1]:
+        args += ["--index-url", url]
+    for url in cfg["extra-index-url"]:
+        args += ["--extra-index-url", url]
+    if cfg["extra-index-url"]:
+        args += ["--index-strategy", "unsafe-best-match"]  # pip's way: the best version over all indexes
+    for path in cfg["constraint"]:
+        if os.path.isfile(path):
+            args += ["--constraint", path]
+    return args
+
+
+def local_torch_version() -> str | None:
+    """The CPU torch wheel of this machine (find-links directories), else the worker's torch: the only torch a
+    runtime may get (a CUDA build is gigabytes)."""
+    for link in _pip_config()["find-links"]:
+        path = link.removeprefix("file://")
+        if not os.path.isdir(path):
+            continue
+        for name in sorted(os.listdir(path), reverse=True):
+            m = re.match(r"^torch-([0-9][^-]*\+cpu)-", name)
+            if m:
+                return m.group(1)
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:  # noqa: BLE001 - no torch in the worker
+        return None
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment uv and probes run in: none of the worker's Python settings leak into a runtime."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "UV_PYTHON")}
+
+
+def _run(cmd: list[str], log: Callable[[str], None] | None = None, cwd: str | None = None,
+         timeout: float = 3600) -> tuple[int, str]:
+    """Run a command, streaming its lines into ``log``; returns (exit code, output)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                            env=_clean_env())
+    lines = []
+    started = time.time()
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if log and line.strip():
+            log(line.rstrip("\n"))
+        if time.time() - started > timeout:
+            proc.kill()
+            break
+    return proc.wait(), "\n".join(lines)
+
+
+# -- building -----------------------------------------------------------------------------------------------
+def _numpy1(pins: dict, versions: dict[str, str]) -> bool:
+    """Whether a framework package at this version needs numpy < 2."""
+    for pkg, first_numpy2 in NUMPY1_BEFORE.items():
+        v = versions.get(pkg) or pins.get(pkg)
+        if v and _vtuple(v) < _vtuple(first_numpy2):
+            return True
+    return False
+
+
+def _vtuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"[0-9]+", v.split("+")[0])[:3])
+
+
+def _next_minor(v: str) -> str:
+    parts = list(_vtuple(v)) + [0, 0]
+    return f"{parts[0]}.{parts[1] + 1}"
+
+
+def attempts(spec: ImageSpec, torch: str | None) -> list[tuple[str, list[str]]]:
+    """The requirement sets tried in order: the image's exact versions, then the nearest above each (same
+    minor for the framework package), then the nearest in the framework's major line."""
+    if spec.framework == "user":
+        return [("declared", list(spec.requirements))]
+    exact, near, major = [], [], []
+    for pkg, version in spec.pins.items():
+        if pkg == "torch":
+            pin = f"torch=={torch}" if torch else (f"torch=={version}.*" if version else "torch")
+            exact.append(pin), near.append(pin), major.append(pin)
+            continue
+        if not version:
+            continue  # installed afterwards, newest that agrees (see unpinned)
+        exact.append(f"{pkg}=={version}" if version.count(".") >= 2 else f"{pkg}=={version}.*")
+        if pkg == spec.package:
+            near.append(f"{pkg}>={version},<{_next_minor(version)}")
+            major.append(f"{pkg}>={version},<{_vtuple(version)[0] + 1}")
+        else:
+            near.append(f"{pkg}>={version}")
+            major.append(f"{pkg}>={version}")
+    if _numpy1(spec.pins, {}):
+        for reqs in (exact, near, major):
+            if not any(r.startswith("numpy") for r in reqs):
+                reqs.append("numpy<2")
+            else:
+                reqs[:] = [r + ",<2" if r.startswith("numpy>=") else r for r in reqs]
+    return [("the image's versions", exact), ("the nearest versions above the image's", near),
+            ("the nearest versions in the framework's major line", major)]
+
+
+def unpinned(spec: ImageSpec) -> list[str]:
+    """The companions whose image version is unknown: the newest that agrees with what is installed."""
+    return [pkg for pkg, version in spec.pins.items() if not version and pkg != "torch"]
+
+
+def cache_key(spec: ImageSpec, python_version: str, sources: list[str], torch: str | None) -> str:
+    blob = json.dumps({"format": FORMAT, "python": python_version, "attempts": attempts(spec, torch),
+                       "unpinned": unpinned(spec),
+                       "sources": sources, "platform": sys.platform}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock held by this process (fcntl): two jobs building the same runtime take turns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _python_version(python: str) -> str:
+    out = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], check=False,
+                         capture_output=True, text=True, timeout=60, env=_clean_env())
+    return out.stdout.strip()
+
+
+def base_python() -> str:
+    """The interpreter runtimes are made from: the worker's base Python (same version, no packages)."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def build(spec: ImageSpec, cache: Path, log: Callable[[str], None] = lambda _m: None,
+          field_name: str = "AlgorithmSpecification.TrainingImage") -> Runtime:
+    """The runtime for ``spec``: from the cache, or built now (under a lock, into a temporary directory
+    renamed into place when complete, so a reader never sees a half-built runtime)."""
+    python = base_python()
+    torch = local_torch_version() if "torch" in spec.pins else None
+    sources = uv_source_args()
+    key = cache_key(spec, _python_version(python), sources, torch)
+    final = cache / key
+    if (final / "runtime.json").exists():
+        return load(final, spec)
+    with file_lock(cache / f".{key}.lock"):
+        if (final / "runtime.json").exists():
+            log(f"local runtime {key}: built meanwhile by another job; reusing it")
+            return load(final, spec)
+        log(f"building the local runtime for {spec.label()} (first use; cached as {final})")
+        started = time.time()
+        tmp = cache / f".build-{key}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        uv = uv_binary()
+        code, out = _run([uv, "venv", "--quiet", "--relocatable", "--python", python, str(tmp)])
+        if code:
+            raise RuntimeError_(field_name, f"uv could not make a virtual environment: {out[-800:]}",
+                                f"check uv and {python}.")
+        chosen = _install_first(uv, tmp, spec, torch, sources, log, field_name)
+        versions = _installed(uv, tmp)
+        notes = _notes(spec, versions, chosen) + ([f"not here: {MISSING[spec.framework]}"]
+                                                  if spec.framework in MISSING else [])
+        meta = {"image": spec.image, "framework": spec.framework, "version": spec.version, "key": key,
+                "packages": {p: versions.get(_norm(p), "") for p in (spec.pins or {})} or
+                _declared_versions(spec, versions), "notes": notes, "attempt": chosen,
+                "seconds": round(time.time() - started, 1), "freeze": versions}
+        (tmp / "runtime.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+        (tmp / "constraints.txt").write_text("".join(f"{k}=={v}\n" for k, v in sorted(versions.items())))
+        os.rename(tmp, final)
+        log(f"local runtime {key} built in {time.time() - started:.1f}s")
+    return load(final, spec)
+
+
+def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, sources: list[str],
+                   log: Callable[[str], None], field_name: str) -> str:
+    """Install the first requirement set of :func:`attempts` that resolves; returns its label."""
+    failures = []
+    for label, reqs in attempts(spec, torch):
+        overrides = [f"torch=={torch}"] if torch else []
+        cmd = [uv, "pip", "install", "--python", str(env_dir / "bin" / "python"), *sources, *reqs]
+        if spec.framework != "spark":
+            cmd += ["--only-binary", ":all:"]  # no builds from source: fast, and "does it install here?"
+        if label != "the image's versions":
+            cmd += ["--resolution", "lowest-direct"]  # the nearest version above the image's
+        ov_file = env_dir / "overrides.txt"
+        if overrides:
+            ov_file.write_text("\n".join(overrides) + "\n")
+            cmd += ["--override", str(ov_file)]
+        log(f"uv pip install {' '.join(reqs)}" + (f" ({label})" if label != "declared" else ""))
+        code, out = _run(cmd, log=log)
+        if code == 0 and unpinned(spec):
+            rest = [uv, "pip", "install", "--python", str(env_dir / "bin" / "python"), *sources, *unpinned(spec)]
+            log(f"uv pip install {' '.join(unpinned(spec))} (newest agreeing with the above)")
+            code, out = _run(rest + (["--override", str(ov_file)] if overrides else []), log=log)
+        if code == 0:
+            return label
+        reason = [ln.strip() for ln in out.splitlines() if ln.strip() and not ln.startswith(("Using ", "hint"))]
+        failures.append(f"{label} ({' '.join(reqs)}): " + " ".join(reason[-3:]))
+    what = f"{spec.package} {spec.version}" if spec.package else f"the declared requirements of {spec.image}"
+    raise RuntimeError_(field_name, f"no local runtime for {spec.image}: {what} does not install on this "
+                        f"machine (Python {sys.version_info.major}.{sys.version_info.minor}).",
+                        "use a framework version whose packages install here (a newer image), "
+                        f"{RUNTIME_ENV}=worker, or backend='sagemaker'.",
+                        "uv tried " + "\n".join(reversed(failures)))
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed(uv: str, env_dir: Path) -> dict[str, str]:
+    _code, out = _run([uv, "pip", "freeze", "--python", str(env_dir / "bin" / "python")])
+    versions = {}
+    for line in out.splitlines():
+        if "==" in line:
+            name, _, ver = line.partition("==")
+            versions[_norm(name.strip())] = ver.strip()
+    return versions
+
+
+def _declared_versions(spec: ImageSpec, versions: dict[str, str]) -> dict[str, str]:
+    names = [re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in spec.requirements]
+    return {n: versions.get(_norm(n), "") for n in names if n}
+
+
+def _notes(spec: ImageSpec, versions: dict[str, str], chosen: str) -> list[str]:
+    """Where the runtime differs from the image: each package whose version is not the image's."""
+    notes = []
+    for pkg, want in (spec.pins or {}).items():
+        have = versions.get(_norm(pkg), "")
+        if not want or not have:
+            continue
+        if have != want and not have.startswith(want + ".") and have.split("+")[0] != want:
+            why = "the only torch build on this machine (CPU)" if pkg == "torch" else \
+                f"{want} does not install on Python {sys.version_info.major}.{sys.version_info.minor} here"
+            notes.append(f"{pkg} {have} instead of the image's {want} ({why})")
+    return notes
+
+
+def load(final: Path, spec: ImageSpec | None = None) -> Runtime:
+    meta = json.loads((final / "runtime.json").read_text())
+    name = meta["image"].rsplit("/", 1)[-1] if spec is None else spec.label()
+    return Runtime(name=name, python=str(final / "bin" / "python"), bin_dir=str(final / "bin"), root=str(final),
+                   packages=meta.get("packages") or {}, notes=tuple(meta.get("notes") or ()))
+
+
+# -- per job ------------------------------------------------------------------------------------------------
+def resolve(image: str | None, *, local_root: str | os.PathLike, job_dir: str | os.PathLike | None = None,
+            environment: dict | None = None, declared: dict | None = None,
+            log: Callable[[str], None] = lambda _m: None,
+            field_name: str = "AlgorithmSpecification.TrainingImage") -> Runtime:
+    """The runtime of a job whose image is ``image`` (see the module docstring); says what in ``log``."""
+    if runtime_mode() == "worker":
+        rt = worker_runtime(job_dir)
+        log(f"runtime: {rt.name}: {sys.executable}; {rt.notes[0]}")
+        return rt
+    spec = image_spec(image or "", environment=environment, declared=declared, field_name=field_name)
+    if spec.python:
+        if not (os.path.isfile(spec.python) and os.access(spec.python, os.X_OK)):
+            raise RuntimeError_(PYTHON_KEY, f"{spec.python!r} is not an executable interpreter.",
+                                "give the full path of an existing python.")
+        rt = Runtime(name=f"{spec.label()} (declared interpreter)", python=spec.python,
+                     bin_dir=os.path.dirname(spec.python), root=os.path.dirname(os.path.dirname(spec.python)))
+    else:
+        rt = build(spec, cache_dir(local_root), log, field_name)
+    log(f"runtime: {rt.description()} ({rt.python})")
+    for note in rt.notes:
+        log(f"warning: {note}")
+    return _with_platform(rt, job_dir)
+
+
+def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os.PathLike,
+                  log: Callable[[str], None] = lambda _m: None) -> Runtime:
+    """The training toolkit's pre-run install for a code directory: ``setup.py`` present -> the package
+    (and ``requirements.txt``), else ``requirements.txt`` alone; into ``layer``, which goes first on the
+    hosts' PYTHONPATH. The runtime's own versions are kept where the requirements allow (as pip keeps what an
+    image has). Raises :class:`LayerError` with the toolkit's message when the install fails."""
+    code_dir = Path(code_dir)
+    has_setup = (code_dir / "setup.py").exists()
+    has_reqs = (code_dir / "requirements.txt").exists()
+    if not (has_setup or has_reqs):
+        return runtime
+    args = (["."] if has_setup else []) + (["-r", "requirements.txt"] if has_reqs else [])
+    toolkit_cmd = f"{runtime.python} -m pip install " + " ".join(args)
+    uv = uv_binary()
+    cmd = [uv, "pip", "install", "--python", runtime.python, "--target", str(layer), *uv_source_args(), *args]
+    prefer = _preferences(runtime, code_dir, Path(layer).parent / "runtime-constraints.txt")
+    log(f"installing {' and '.join(a for a in ('the setup.py package' if has_setup else '', 'requirements.txt' if has_reqs else '') if a)} "
+        f"into the job's layer (as the training toolkit's: {toolkit_cmd})")
+    started = time.time()
+    code, out = _run(cmd + (["--constraint", str(prefer)] if prefer else []), log=log, cwd=str(code_dir))
+    if code and prefer:  # the requirements need other versions than the runtime's: as pip would, upgrade
+        log("the requirements need versions other than the runtime's; resolving them without its pins")
+        code, out = _run(cmd, log=log, cwd=str(code_dir))
+    if code:
+        raise LayerError(install_error("InstallModuleError" if has_setup else "InstallRequirementsError", code,
+                                       out, toolkit_cmd.split()))
+    log(f"job layer ready in {time.time() - started:.1f}s")
+    return runtime.with_layer(str(layer))
+
+
+def install_error(error: str, code: int, output: str, cmd: list[str], limit: int = 1000) -> str:
+    """The toolkit's ``_CalledProcessError`` text, with as much of the installer's output (its end, where
+    the reason is) as fits in SageMaker's 1 KB FailureReason."""
+    lines = [ln for ln in output.strip().splitlines() if ln.strip() and not ln.startswith("Using ")]
+    head, tail = f"{error}:\nExitCode {code}\nErrorMessage \"", f"\"\nCommand \"{cmd}\""
+    room = max(100, limit - len(head) - len(tail))
+    message = "\n".join(lines)
+    return head + (message if len(message) <= room else "..." + message[-room + 3:]) + tail
+
+
+def _preferences(runtime: Runtime, code_dir: Path, path: Path) -> Path | None:
+    """Constraints that keep the runtime's versions of what the requirements do not name themselves."""
+    if not runtime.root or not os.path.exists(os.path.join(runtime.root, "constraints.txt")):
+        return None
+    named = set()
+    req = code_dir / "requirements.txt"
+    if req.exists():
+        for line in req.read_text().splitlines():
+            name = re.split(r"[<>=!~;\[ @]", line.strip(), maxsplit=1)[0]
+            if name and not name.startswith(("-", "#")):
+                named.add(_norm(name))
+    lines = [ln for ln in (Path(runtime.root) / "constraints.txt").read_text().splitlines()
+             if ln and _norm(ln.split("==")[0]) not in named]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class LayerError(RuntimeError):
+    """The pre-run install failed: the message is what the toolkit writes to /opt/ml/output/failure."""

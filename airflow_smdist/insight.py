@@ -1,0 +1,358 @@
+"""Per-job insight: is this distributed job converging, and is every host pulling its weight?
+
+After a training job ends, :func:`job_insight` gathers two kinds of time series, on either backend:
+
+* the job's **metrics** (the ``MetricDefinitions`` values with their timestamps): locally the values the
+  supervisor parsed from every host's log (``metrics.jsonl``); on SageMaker the job's metrics in CloudWatch
+  (namespace ``/aws/sagemaker/TrainingJobs``, dimension ``TrainingJobName``, as the SageMaker SDK's
+  ``TrainingJobAnalytics`` reads them);
+* per-host **utilization**: locally CPU, memory and bytes read and written by each simulated host's
+  processes, sampled with psutil (:mod:`airflow_smdist.backends.local.sampler`); on SageMaker the
+  instance metrics ``CPUUtilization``, ``MemoryUtilization``, ``DiskUtilization`` and ``GPUUtilization``
+  (dimension ``Host`` = ``<job>/algo-N``).
+
+:func:`summarize` turns them into a small JSON summary with *findings* in plain words (uneven shards, idle
+hosts, a diverging loss), :func:`plot` draws them (metric curves per host; CPU and cumulative reads per
+host over time), and both are written next to the job's output
+(``<S3OutputPath>/<job>/output/insight.json`` and ``insight.png``). The operator logs the reading and puts
+the key numbers and the URIs in its XCom result. Pure functions except :func:`collect` and
+:func:`job_insight`; matplotlib and boto3 are imported only when used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+#: CPU below this (percent of one core, summed over the host's processes) counts as idle
+IDLE_CPU_PERCENT = 10.0
+#: hosts whose read bytes differ more than this (1 - min/max) are uneven
+UNEVEN_READ_FRACTION = 0.2
+#: hosts idle more than this fraction of their samples are reported
+IDLE_FRACTION_REPORTED = 0.3
+#: a lower-is-better metric that ends above this multiple of its best value, and above its first, diverged
+DIVERGENCE_FACTOR = 2.0
+#: points per series kept in the summary (enough for the study's time-to-target and a plot)
+MAX_SERIES_POINTS = 200
+LOWER_IS_BETTER_WORDS = ("loss", "error", "rmse", "mse", "mae", "perplexity", "logloss")
+CLOUDWATCH_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+INSTANCE_METRICS = {"CPUUtilization": "cpu_percent", "MemoryUtilization": "memory_percent",
+                    "DiskUtilization": "disk_percent", "GPUUtilization": "gpu_percent"}
+
+
+# -- collecting ------------------------------------------------------------------------------------------
+def collect(backend: Any, description: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+    """(metric points ``{name, value, t, host}``, utilization samples ``{t, host, cpu_percent, ...}``)."""
+    if backend.name == "local":
+        return _collect_local(backend, description["TrainingJobName"])
+    return _collect_cloudwatch(backend, description)
+
+
+def _collect_local(backend: Any, name: str) -> tuple[list[dict], list[dict]]:
+    from airflow_smdist.backends.local.sampler import read_utilization
+
+    job_dir = backend.job_dir("training", name)
+    points = []
+    path = job_dir / "metrics.jsonl"
+    if path.exists():
+        for raw in path.read_text().splitlines():
+            try:
+                points.append(json.loads(raw))
+            except ValueError:
+                continue
+    return points, read_utilization(job_dir)
+
+
+def _job_window(description: dict[str, Any]) -> tuple[datetime, datetime]:
+    now = datetime.now(timezone.utc)
+    start = description.get("TrainingStartTime") or description.get("CreationTime") or now - timedelta(hours=1)
+    end = (description.get("TrainingEndTime") or now) + timedelta(minutes=1)
+    return start, end
+
+
+def cloudwatch_queries(description: dict[str, Any]) -> list[dict]:
+    """GetMetricData queries: every MetricDefinitions name (dimension TrainingJobName) and every
+    instance metric of every host (dimension Host = <job>/algo-N)."""
+    name = description["TrainingJobName"]
+    spec = description.get("AlgorithmSpecification") or {}
+    queries = []
+    for i, definition in enumerate(spec.get("MetricDefinitions") or []):
+        queries.append({"Id": f"m{i}", "Label": f"metric|{definition['Name']}", "ReturnData": True, "MetricStat": {
+            "Metric": {"Namespace": CLOUDWATCH_NAMESPACE, "MetricName": definition["Name"],
+                       "Dimensions": [{"Name": "TrainingJobName", "Value": name}]},
+            "Period": 60, "Stat": "Average"}})
+    count = int((description.get("ResourceConfig") or {}).get("InstanceCount") or 1)
+    for h in range(1, count + 1):
+        for j, metric in enumerate(INSTANCE_METRICS):
+            queries.append({"Id": f"h{h}i{j}", "Label": f"host|algo-{h}|{metric}", "ReturnData": True, "MetricStat": {
+                "Metric": {"Namespace": CLOUDWATCH_NAMESPACE, "MetricName": metric,
+                           "Dimensions": [{"Name": "Host", "Value": f"{name}/algo-{h}"}]},
+                "Period": 60, "Stat": "Average"}})
+    return queries
+
+
+def _collect_cloudwatch(backend: Any, description: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+    queries = cloudwatch_queries(description)
+    start, end = _job_window(description)
+    client = backend.cloudwatch_client
+    labels = {q["Id"]: q["Label"] for q in queries}
+    results: list[dict] = []
+    for i in range(0, len(queries), 500):  # GetMetricData takes up to 500 queries
+        kwargs: dict[str, Any] = {"MetricDataQueries": queries[i:i + 500], "StartTime": start, "EndTime": end}
+        while True:
+            page = client.get_metric_data(**kwargs)
+            results += page.get("MetricDataResults", [])
+            if not page.get("NextToken"):
+                break
+            kwargs["NextToken"] = page["NextToken"]
+    return _from_cloudwatch(results, labels)
+
+
+def _from_cloudwatch(results: list[dict], labels: dict[str, str]) -> tuple[list[dict], list[dict]]:
+    points: list[dict] = []
+    samples: dict[tuple[str, float], dict] = {}
+    for r in results:
+        parts = labels.get(r["Id"], r.get("Label", "")).split("|")
+        for ts, value in zip(r.get("Timestamps", []), r.get("Values", [])):
+            t = ts.timestamp() if hasattr(ts, "timestamp") else float(ts)
+            if parts[0] == "metric":
+                points.append({"name": parts[1], "value": float(value), "t": t, "host": "all"})
+            elif parts[0] == "host":
+                sample = samples.setdefault((parts[1], t), {"t": t, "host": parts[1]})
+                sample[INSTANCE_METRICS[parts[2]]] = float(value)
+    return sorted(points, key=lambda p: p["t"]), sorted(samples.values(), key=lambda s: (s["t"], s["host"]))
+
+
+# -- summarizing -----------------------------------------------------------------------------------------
+def lower_is_better(metric: str) -> bool:
+    return any(word in metric.lower() for word in LOWER_IS_BETTER_WORDS)
+
+
+def _downsample(series: list[list[float]]) -> list[list[float]]:
+    if len(series) <= MAX_SERIES_POINTS:
+        return series
+    step = len(series) / MAX_SERIES_POINTS
+    kept = [series[int(i * step)] for i in range(MAX_SERIES_POINTS - 1)]
+    return kept + [series[-1]]
+
+
+def _divergence(metric: str, series: list[list[float]]) -> dict[str, Any] | None:
+    """Where a lower-is-better metric went non-finite, or ended far above its best and above its start."""
+    values = [v for _t, v in series]
+    for t, v in series:
+        if not math.isfinite(v):
+            return {"at_seconds": t, "why": f"{metric} became {v}"}
+    if not lower_is_better(metric) or len(values) < 3:
+        return None
+    best = min(values)
+    best_at = values.index(best)
+    last = values[-1]
+    if last > values[0] and last > best + (DIVERGENCE_FACTOR - 1) * abs(best) and best_at < len(values) - 1:
+        return {"at_seconds": series[best_at][0],
+                "why": f"{metric} rose from its best {best:g} to {last:g} (it started at {values[0]:g})"}
+    return None
+
+
+def summarize_metrics(points: list[dict], t0: float) -> dict[str, dict]:
+    by_name: dict[str, dict[str, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
+    for p in sorted(points, key=lambda p: p["t"]):
+        by_name[p["name"]][p.get("host") or "all"].append([round(p["t"] - t0, 3), float(p["value"])])
+    out = {}
+    for metric, hosts in by_name.items():
+        merged = sorted((pt for series in hosts.values() for pt in series), key=lambda pt: pt[0])
+        values = [v for _t, v in merged]
+        finite = [v for v in values if math.isfinite(v)] or [float("nan")]
+        divergence = _divergence(metric, merged)
+        out[metric] = {"first": values[0], "last": values[-1], "min": min(finite), "max": max(finite),
+                       "points": len(values), "lower_is_better": lower_is_better(metric),
+                       "diverged": divergence is not None, "divergence": divergence,
+                       "series": {h: _downsample(s) for h, s in sorted(hosts.items())}}
+    return out
+
+
+def _host_summary(samples: list[dict], duration: float) -> dict[str, Any]:
+    cpu = [s["cpu_percent"] for s in samples if "cpu_percent" in s]
+    last = samples[-1]
+    out: dict[str, Any] = {"samples": len(samples)}
+    if cpu:
+        out["cpu_mean_percent"] = round(sum(cpu) / len(cpu), 1)
+        out["idle_fraction"] = round(sum(1 for c in cpu if c < IDLE_CPU_PERCENT) / len(cpu), 3)
+    for key in ("read_bytes", "write_bytes", "cpu_seconds"):
+        if key in last:
+            out[key] = last[key]
+    if "rss_bytes" in last:
+        out["peak_rss_bytes"] = max(s.get("rss_bytes", 0) for s in samples)
+    for key in ("memory_percent", "disk_percent", "gpu_percent"):
+        values = [s[key] for s in samples if key in s]
+        if values:
+            out[f"{key.split('_')[0]}_mean_percent"] = round(sum(values) / len(values), 1)
+    if "read_bytes" in out and duration > 0:
+        out["read_mb_per_s"] = round(out["read_bytes"] / duration / 1e6, 3)
+    return out
+
+
+def summarize_hosts(samples: list[dict], t0: float, duration: float) -> dict[str, dict]:
+    by_host: dict[str, list[dict]] = defaultdict(list)
+    for s in sorted(samples, key=lambda s: s["t"]):
+        by_host[s["host"]].append(s)
+    return {host: _host_summary(rows, duration) for host, rows in sorted(by_host.items())}
+
+
+def _io_findings(hosts: dict[str, dict]) -> list[str]:
+    reads = {h: v["read_bytes"] for h, v in hosts.items() if v.get("read_bytes") is not None}
+    if len(reads) < 2 or max(reads.values()) <= 0:
+        return []
+    most = max(reads, key=lambda h: reads[h])
+    least = min(reads, key=lambda h: reads[h])
+    fewer = 1 - reads[least] / reads[most]
+    if fewer <= UNEVEN_READ_FRACTION:
+        return []
+    idle = hosts[least].get("idle_fraction")
+    idle_text = f" and was idle {idle:.0%} of the time" if idle is not None else ""
+    return [f"{least} read {fewer:.0%} fewer bytes than {most}{idle_text}: the shards are uneven. Give "
+            f"ShardedByS3Key objects of similar size, in a multiple of the host count, so every host gets the "
+            f"same share."]
+
+
+def _idle_findings(hosts: dict[str, dict], already: str) -> list[str]:
+    out = []
+    for host, v in hosts.items():
+        idle = v.get("idle_fraction")
+        if idle is not None and idle > IDLE_FRACTION_REPORTED and host not in already:
+            out.append(f"{host} was idle {idle:.0%} of the time (CPU under {IDLE_CPU_PERCENT:g} %): it waits on "
+                       f"input or on the other hosts. Check its data loading and its share of the data.")
+    return out
+
+
+def _metric_findings(metrics: dict[str, dict], lr_scaled: bool) -> list[str]:
+    out = []
+    for name, m in metrics.items():
+        if m["diverged"]:
+            advice = ("lower base_learning_rate or lengthen the warm-up (warmup_epochs): the learning rate was "
+                      "scaled up for the global batch" if lr_scaled else "lower the learning rate")
+            out.append(f"{name} diverged after {m['divergence']['at_seconds']:.0f} s: "
+                       f"{m['divergence']['why']}. {advice}.")
+    return out
+
+
+def findings_of(metrics: dict[str, dict], hosts: dict[str, dict], *, lr_scaled: bool = False) -> list[str]:
+    io = _io_findings(hosts)
+    return _metric_findings(metrics, lr_scaled) + io + _idle_findings(hosts, " ".join(io))
+
+
+def reading(summary: dict[str, Any]) -> str:
+    """One paragraph a person can act on."""
+    parts = list(summary["findings"])
+    hosts = summary["hosts"]
+    if not parts:
+        loads = ", ".join(f"{h} {v['cpu_mean_percent']:.0f} % CPU" for h, v in hosts.items()
+                          if "cpu_mean_percent" in v)
+        conv = ", ".join(f"{n} {m['first']:g} -> {m['last']:g}" for n, m in summary["metrics"].items())
+        parts.append("No uneven shards, idle hosts or divergence seen"
+                     + (f" ({loads})" if loads else "") + (f"; {conv}" if conv else "") + ".")
+    return f"Job {summary['job_name']} ({len(hosts) or '?'} host(s), {summary['duration_seconds']:.0f} s): " \
+        + " ".join(parts)
+
+
+def summarize(job_name: str, points: list[dict], samples: list[dict], *, start: float | None = None,
+              end: float | None = None, lr_scaled: bool = False) -> dict[str, Any]:
+    times = [p["t"] for p in points] + [s["t"] for s in samples]
+    t0 = start if start is not None else (min(times) if times else 0.0)
+    t1 = end if end is not None else (max(times) if times else t0)
+    duration = max(t1 - t0, 0.0)
+    metrics = summarize_metrics(points, t0)
+    hosts = summarize_hosts(samples, t0, duration)
+    summary = {"job_name": job_name, "start": t0, "duration_seconds": round(duration, 3), "metrics": metrics,
+               "hosts": hosts, "findings": findings_of(metrics, hosts, lr_scaled=lr_scaled)}
+    summary["reading"] = reading(summary)
+    return summary
+
+
+# -- drawing ---------------------------------------------------------------------------------------------
+def _host_series(samples: list[dict], t0: float, key: str, scale: float = 1.0) -> dict[str, tuple[list, list]]:
+    out: dict[str, tuple[list, list]] = {}
+    for s in sorted(samples, key=lambda s: s["t"]):
+        if key in s:
+            xs, ys = out.setdefault(s["host"], ([], []))
+            xs.append(s["t"] - t0)
+            ys.append(s[key] * scale)
+    return out
+
+
+#: metrics drawn (each on its own axes: a loss and a throughput do not share a scale)
+MAX_PLOTTED_METRICS = 4
+
+
+def plot(summary: dict[str, Any], samples: list[dict], path: str) -> str:
+    """A PNG: each metric's curve per host; CPU per host; cumulative bytes read per host (memory on SageMaker)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = summary["start"]
+    metrics = list(summary["metrics"].items())[:MAX_PLOTTED_METRICS]
+    fig, axes = plt.subplots(len(metrics) + 2, 1, figsize=(9, 3 * (len(metrics) + 2)), constrained_layout=True,
+                             squeeze=False)
+    axes = [row[0] for row in axes]
+    for ax, (metric, m) in zip(axes, metrics):
+        for host, series in m["series"].items():
+            ax.plot([p[0] for p in series], [p[1] for p in series], marker=".", label=host)
+        ax.set_title(f"{metric}" + (" (diverged)" if m["diverged"] else ""))
+    cpu_ax, io_ax = axes[len(metrics)], axes[len(metrics) + 1]
+    for host, (xs, ys) in _host_series(samples, t0, "cpu_percent").items():
+        cpu_ax.plot(xs, ys, label=host)
+    cpu_ax.set_title("CPU per host (% of one core, summed over its processes)")
+    reads = _host_series(samples, t0, "read_bytes", 1e-6)
+    for host, (xs, ys) in (reads or _host_series(samples, t0, "memory_percent")).items():
+        io_ax.plot(xs, ys, label=host)
+    io_ax.set_title("bytes read per host (MB, cumulative)" if reads else "memory per host (%)")
+    fig.suptitle(f"{summary['job_name']}: {len(summary['hosts'])} host(s), {summary['duration_seconds']:.0f} s")
+    for ax in axes:
+        ax.set_xlim(0, max(summary["duration_seconds"], 1.0))  # one time axis for every panel
+        ax.set_xlabel("seconds since start")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    fig.savefig(path, dpi=72)
+    plt.close(fig)
+    return path
+
+
+# -- the operator's entry point --------------------------------------------------------------------------
+def xcom_digest(summary: dict[str, Any], summary_uri: str | None, plot_uri: str | None) -> dict[str, Any]:
+    """The key numbers for XCom (small: no series)."""
+    return {"summary_uri": summary_uri, "plot_uri": plot_uri, "findings": summary["findings"],
+            "duration_seconds": summary["duration_seconds"],
+            "metrics": {n: {k: m[k] for k in ("first", "last", "min", "diverged")}
+                        for n, m in summary["metrics"].items()},
+            "hosts": {h: {k: v[k] for k in ("cpu_mean_percent", "idle_fraction", "read_bytes") if k in v}
+                      for h, v in summary["hosts"].items()}}
+
+
+def _epoch(value: Any) -> float | None:
+    return value.timestamp() if hasattr(value, "timestamp") else None
+
+
+def job_insight(backend: Any, description: dict[str, Any], *, lr_scaled: bool = False,
+                storage: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Collect, summarize, draw and store one training job's insight. Returns (summary, XCom digest)."""
+    import os
+    import tempfile
+
+    from airflow_smdist.storage import Storage
+
+    name = description["TrainingJobName"]
+    points, samples = collect(backend, description)
+    summary = summarize(name, points, samples, start=_epoch(description.get("TrainingStartTime")),
+                        end=_epoch(description.get("TrainingEndTime")), lr_scaled=lr_scaled)
+    base = f"{description['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{name}/output"
+    storage = storage or Storage.for_backend(backend)
+    summary_uri, plot_uri = f"{base}/insight.json", f"{base}/insight.png"
+    storage.write_bytes(json.dumps(summary, indent=1, default=str).encode(), summary_uri)
+    with tempfile.TemporaryDirectory(prefix="smdist-insight-") as tmp:
+        png = plot(summary, samples, os.path.join(tmp, "insight.png"))
+        storage.upload(png, plot_uri)
+    return summary, xcom_digest(summary, summary_uri, plot_uri)

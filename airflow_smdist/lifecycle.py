@@ -1,0 +1,439 @@
+"""The job lifecycle: what every operator, sensor, trigger, shard fan-out, chain link and tuning task does
+with a job, written once.
+
+:class:`JobLifecycle` (synchronous: operators and sensors) owns
+
+* **the name**: :meth:`~JobLifecycle.choose` finds the job of this task instance among its attempt names
+  (``<base>``, ``<base>-r2``, ... ``-r30``): one still running is reattached, one completed is returned,
+  and after ones that failed or were stopped the next free attempt name is taken;
+* **submit or reattach**: :meth:`~JobLifecycle.start`;
+* **waiting**: :meth:`~JobLifecycle.wait` (one job) and :meth:`~JobLifecycle.wait_all` (many, e.g. the
+  shards of a fan-out, each may be replaced by a retry) poll Describe, print new log lines of every host,
+  metrics and status changes, and pause up to ``poll_interval`` between rounds (the one polling pause:
+  ``Backend.wait_for_change``, which the local backend ends as soon as a job changes);
+* **the result or the error**: :meth:`~JobLifecycle.failure_reason` (FailureReason, else the secondary
+  status, else the status; plus the ExitMessage where the kind has one) and :meth:`~JobLifecycle.check`,
+  which raises :class:`JobFailed` carrying that reason and the last log lines;
+* **stopping on kill**: :meth:`~JobLifecycle.stop` stops every job it started or reattached that has not
+  ended, and waits (bounded) until they have;
+* **throttling**: every call it makes to the backend goes through :func:`call_with_backoff` (full-jitter
+  exponential backoff on the service's throttling codes), so waiting, poking, killing and (through
+  :func:`acall_with_backoff`) the triggers' polling all slow down under throttling instead of failing.
+
+:class:`AsyncJobLifecycle` is the triggers' half: log streaming with a JSON cursor, the status line, and
+the event that ends the wait (modelled on the Kubernetes provider's ``PodManager``/``AsyncPodManager``).
+
+On clear. A task instance that is cleared (or retried) runs with the same job name base, so it meets the
+jobs of its earlier tries: one still running is reattached (no second job), one completed is not run
+again (its result is returned; clear with a new ``job_name`` to train again), and after a failed or
+stopped one the next attempt name is used. :meth:`JobLifecycle.accept_reattach` is the one place that
+decides whether an existing job may be taken over (e.g. by its owner tags).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from airflow_smdist._compat import AirflowException
+from airflow_smdist.backends.base import RUNNING_STATES, TERMINAL_STATES, Backend, BackendError, JobNotFound
+from airflow_smdist.kinds import JobKindInfo, kind_info
+
+T = TypeVar("T")
+
+#: Error codes AWS services use for "slow down" (the SageMaker API, CloudWatch Logs, S3).
+THROTTLING_CODES = frozenset({"Throttling", "ThrottlingException", "TooManyRequestsException",
+                              "RequestLimitExceeded", "ProvisionedThroughputExceededException",
+                              "SlowDown", "RequestThrottled"})
+BASE_BACKOFF_SECONDS = 0.5
+MAX_BACKOFF_SECONDS = 60.0
+MAX_ATTEMPT_NAMES = 30
+#: log lines kept for the error of a failed job
+LAST_LINES = 20
+#: how long stopping waits for the jobs to end
+STOP_TIMEOUT_SECONDS = 180.0
+
+Action = Literal["create", "reattach-running", "reattach-completed"]
+
+
+# -- throttling: the one backoff ---------------------------------------------------------------------------
+def is_throttling(exc: BaseException) -> bool:
+    """Whether ``exc`` is the service asking us to slow down (a BackendError or a botocore ClientError)."""
+    if isinstance(exc, BackendError):
+        return exc.code in THROTTLING_CODES
+    code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
+    return code in THROTTLING_CODES
+
+
+def backoff_delay(attempt: int) -> float:
+    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**attempt)]."""
+    return random.uniform(0, min(MAX_BACKOFF_SECONDS, BASE_BACKOFF_SECONDS * 2 ** attempt))
+
+
+def _count(counter: dict[str, int] | None, what: str) -> None:
+    if counter is not None:
+        counter[what] = counter.get(what, 0) + 1
+
+
+def call_with_backoff(call: Callable[[], T], *, counter: dict[str, int] | None = None, what: str = "call",
+                      give_up_after: float | None = None, sleep: Callable[[float], Any] = time.sleep) -> T:
+    """``call()``, retrying throttling errors with jittered backoff: forever, or until ``give_up_after``
+    seconds have passed (then the last throttling error is raised). Other errors are raised at once."""
+    deadline = None if give_up_after is None else time.monotonic() + give_up_after
+    attempt = 0
+    while True:
+        _count(counter, what)
+        try:
+            return call()
+        except Exception as exc:
+            if not is_throttling(exc):
+                raise
+            attempt += 1
+            _count(counter, "throttled")
+            delay = backoff_delay(attempt)
+            if deadline is not None and time.monotonic() + delay > deadline:
+                raise
+            sleep(delay)
+
+
+async def acall_with_backoff(call: Callable[[], Awaitable[T]], *, counter: dict[str, int] | None = None,
+                             what: str = "call") -> T:
+    """Await ``call()`` retrying throttling errors with the same backoff, forever: a storm of
+    ThrottlingExceptions slows a deferred wait down but never fails the task."""
+    attempt = 0
+    while True:
+        _count(counter, what)
+        try:
+            return await call()
+        except Exception as exc:
+            if not is_throttling(exc):
+                raise
+            attempt += 1
+            _count(counter, "throttled")
+            await asyncio.sleep(backoff_delay(attempt))
+
+
+# -- results -----------------------------------------------------------------------------------------------
+class JobFailed(AirflowException):
+    """A job ended Failed or Stopped (or vanished). Carries its status, reason and last log lines."""
+
+    def __init__(self, kind: str, name: str, status: str | None, reason: str, last_lines: Iterable[str] = ()) -> None:
+        self.kind = kind
+        self.name = name
+        self.status = status
+        self.reason = reason
+        self.last_lines = list(last_lines)
+        tail = "\n".join(self.last_lines[-10:])
+        ended = f"ended {status}" if status else "is gone"
+        super().__init__(f"{kind} job {name} {ended}: {reason}" + (f"\nLast log lines:\n{tail}" if tail else ""))
+
+
+def failure_reason(info: JobKindInfo, description: dict[str, Any]) -> str:
+    """Why a job did not complete: its FailureReason, else its secondary status, else its status; with the
+    ExitMessage of a processing job's script when there is one."""
+    reason = str(description.get("FailureReason") or description.get("SecondaryStatus") or info.status(description))
+    if description.get("ExitMessage"):
+        reason += f" (ExitMessage: {description['ExitMessage']})"
+    return reason
+
+
+@dataclass(frozen=True)
+class Started:
+    """A job of this task instance: its name and whether it was created now or reattached."""
+
+    name: str
+    action: Action
+
+
+# -- the synchronous lifecycle -----------------------------------------------------------------------------
+class JobLifecycle:
+    """The lifecycle of the jobs of one kind that one task drives on one backend."""
+
+    def __init__(self, backend: Backend, kind: str, *, log: logging.Logger | logging.LoggerAdapter | None = None,
+                 poll_interval: float = 10.0, print_logs: bool = True,
+                 stop_timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+        self.backend = backend
+        self.info = kind_info(kind)
+        self.log = log or logging.getLogger(__name__)
+        self.poll_interval = float(poll_interval)
+        self.print_logs = print_logs
+        self.stop_timeout = stop_timeout
+        #: jobs started or reattached and not yet seen ended: what :meth:`stop` stops
+        self.running: list[str] = []
+        #: the last log lines of the jobs waited for (for the error of a failed job)
+        self.last_lines: deque[str] = deque(maxlen=LAST_LINES)
+        #: the last description :meth:`check` saw (lineage reads it)
+        self.last_description: dict[str, Any] | None = None
+        #: backend calls made, by kind of call, and how many were throttled
+        self.calls: dict[str, int] = {}
+        self._cursors: dict[str, Any] = {}
+        self._metrics: dict[str, dict[str, float]] = {}
+        self._secondary: dict[str, str | None] = {}
+
+    @property
+    def kind(self) -> str:
+        return self.info.name
+
+    # -- calls ---------------------------------------------------------------------------------------------
+    def describe(self, name: str, *, give_up_after: float | None = None) -> dict[str, Any]:
+        return call_with_backoff(lambda: self.backend.describe(self.info.name, name),  # type: ignore[arg-type]
+                                 counter=self.calls, what="describe", give_up_after=give_up_after)
+
+    def status(self, description: dict[str, Any]) -> str:
+        return self.info.status(description)
+
+    def ended(self, description: dict[str, Any]) -> bool:
+        return self.status(description) in TERMINAL_STATES
+
+    def pause(self, names: list[str], seconds: float) -> None:
+        """The one polling pause of the operators: until one of ``names`` changes (the local backend wakes
+        at once) or ``seconds`` have passed."""
+        self.backend.wait_for_change(self.info.name, names, seconds)  # type: ignore[arg-type]
+
+    # -- name, submit or reattach ----------------------------------------------------------------------------
+    def accept_reattach(self, name: str, description: dict[str, Any]) -> None:
+        """Called before an existing job is taken over (running or completed). The place for checks that
+        the job belongs to this task instance: raise to refuse."""
+
+    def choose(self, base: str) -> Started:
+        """Reattach to a running or completed job of this task instance, or pick the first free attempt
+        name after ones that failed or were stopped."""
+        for attempt in range(1, MAX_ATTEMPT_NAMES + 1):
+            name = base if attempt == 1 else f"{base}-r{attempt}"
+            try:
+                description = self.describe(name)
+            except JobNotFound:
+                return Started(name, "create")
+            status = self.status(description)
+            if status in RUNNING_STATES or status == "Completed":
+                self.accept_reattach(name, description)
+                return Started(name, "reattach-running" if status in RUNNING_STATES else "reattach-completed")
+            self.log.info("Job %s of an earlier try ended %s; the next attempt gets a new name.", name, status)
+        raise AirflowException(f"{MAX_ATTEMPT_NAMES} attempts of job {base} ended without success; "
+                               "not starting another. Give a new job_name to try again.")
+
+    def submit(self, request: dict[str, Any]) -> str:
+        """Create the job (no retry: a second Create of a name that went through would fail as a duplicate)."""
+        _count(self.calls, "create")
+        name = self.backend.submit(self.info.name, request)  # type: ignore[arg-type]
+        self.track(name)
+        return name
+
+    def start(self, base: str, build_request: Callable[[str], dict[str, Any]]) -> Started:
+        """The job of this task instance: reattached, or created from ``build_request(name)`` (called only
+        for a new job, so uploads happen only then)."""
+        started = self.choose(base)
+        label, backend = self.info.name, self.backend.name
+        if started.action == "create":
+            self.submit(build_request(started.name))
+            self.log.info("Started %s job %s on the %s backend.", label, started.name, backend)
+        elif started.action == "reattach-running":
+            self.track(started.name)
+            self.log.info("Reattaching to %s job %s, still running from an earlier try (no second job started).",
+                          label, started.name)
+        else:
+            self.log.info("%s job %s of an earlier try already completed; returning its result.", label,
+                          started.name)
+        return started
+
+    def track(self, name: str) -> None:
+        """Count ``name`` among the running jobs (what a kill stops)."""
+        if name not in self.running:
+            self.running.append(name)
+
+    def untrack(self, name: str) -> None:
+        if name in self.running:
+            self.running.remove(name)
+
+    # -- waiting -------------------------------------------------------------------------------------------
+    def print_new_logs(self, name: str, *, label: bool = False) -> None:
+        """Print the job's log lines since the last call (every host, merged by time)."""
+        try:
+            events, self._cursors[name] = call_with_backoff(
+                lambda: self.backend.log_events(self.info.name, name, self._cursors.get(name)),  # type: ignore[arg-type]
+                counter=self.calls, what="logs")
+        except JobNotFound:
+            return
+        except BackendError as exc:  # logs are best effort; the status decides
+            self.log.warning("could not read the logs of %s job %s: %s", self.info.name, name, exc)
+            return
+        for event in events:
+            line = event.format()
+            self.log.info("%s", f"{name} {line}" if label else line)
+            self.last_lines.append(line)
+
+    def fetch_last_lines(self, name: str) -> None:
+        """The job's last log lines, without printing them (after a deferred wait, for the error)."""
+        events, _ = call_with_backoff(lambda: self.backend.log_events(self.info.name, name),  # type: ignore[arg-type]
+                                      counter=self.calls, what="logs")
+        self.last_lines.clear()
+        self.last_lines.extend(e.format() for e in events)
+
+    def report(self, name: str, description: dict[str, Any]) -> None:
+        """Log the job's metrics summary line and its secondary status, each when it changed (both wait paths:
+        the blocking one every poll, the deferred one once, in execute_complete)."""
+        self._report(name, description)
+
+    def _report(self, name: str, description: dict[str, Any]) -> None:
+        metrics = {m["MetricName"]: m["Value"] for m in description.get("FinalMetricDataList") or []}
+        if metrics and metrics != self._metrics.get(name):
+            self.log.info("%s job %s metrics: %s", self.info.name, name,
+                          ", ".join(f"{k}={v:g}" for k, v in sorted(metrics.items())))
+            self._metrics[name] = metrics
+        secondary = description.get("SecondaryStatus")
+        if secondary and secondary != self._secondary.get(name):
+            self.log.info("%s job %s: %s / %s", self.info.name, name, self.status(description), secondary)
+            self._secondary[name] = secondary
+
+    def poll(self, name: str, *, label: bool = False) -> dict[str, Any]:
+        """One look at a job: Describe, new log lines, metric and status changes."""
+        description = self.describe(name)
+        if self.print_logs:
+            self.print_new_logs(name, label=label)
+        self._report(name, description)
+        if self.ended(description) and self.print_logs:  # the last lines may land after the status
+            self.print_new_logs(name, label=label)
+        return description
+
+    def wait_all(self, names: Iterable[str], on_end: Callable[[str, dict[str, Any]], str | None]) -> None:
+        """Poll every job until each has ended. ``on_end(name, description)`` is called as each ends and may
+        return the name of a job to watch in its place (a retry)."""
+        watching = list(names)
+        for name in watching:
+            self.track(name)
+        label = len(watching) > 1
+        while watching:
+            for name in list(watching):
+                description = self.poll(name, label=label)
+                if not self.ended(description):
+                    continue
+                watching.remove(name)
+                self.untrack(name)
+                replacement = on_end(name, description)
+                if replacement:
+                    watching.append(replacement)
+                    self.track(replacement)
+            if watching:
+                self.pause(watching, self.poll_interval)
+
+    def wait(self, name: str) -> dict[str, Any]:
+        """Wait for one job to end; its last description."""
+        ended: dict[str, dict[str, Any]] = {}
+        self.wait_all([name], lambda n, d: ended.__setitem__(n, d))
+        return ended[name]
+
+    # -- result or error -----------------------------------------------------------------------------------
+    def failure_reason(self, description: dict[str, Any]) -> str:
+        return failure_reason(self.info, description)
+
+    def failure(self, description: dict[str, Any]) -> JobFailed | None:
+        """The error of a job that did not complete (None when it completed)."""
+        status = self.status(description)
+        if status == "Completed":
+            return None
+        return JobFailed(self.info.name, self.info.job_name(description), status, self.failure_reason(description),
+                         self.last_lines)
+
+    def check(self, description: dict[str, Any]) -> dict[str, Any]:
+        """``description`` when the job completed; raises :class:`JobFailed` otherwise."""
+        self.last_description = description
+        error = self.failure(description)
+        if error is not None:
+            raise error
+        return description
+
+    def gone(self, name: str, reason: str | None) -> JobFailed:
+        """The error for a job that no longer exists (e.g. reported by a trigger)."""
+        return JobFailed(self.info.name, name, None, reason or "the job does not exist")
+
+    # -- stopping ------------------------------------------------------------------------------------------
+    def stop(self, names: Iterable[str] | None = None) -> None:
+        """Stop the jobs (default: every running one) and wait until they have ended, at most
+        ``stop_timeout`` seconds."""
+        names = list(self.running if names is None else names)
+        label = self.info.name
+        for name in names:
+            self.log.info("Task killed: stopping %s job %s.", label, name)
+            try:
+                call_with_backoff(lambda n=name: self.backend.stop(label, n),  # type: ignore[arg-type,misc]
+                                  counter=self.calls, what="stop", give_up_after=self.stop_timeout)
+            except JobNotFound:
+                names.remove(name)
+            except Exception as exc:  # noqa: BLE001 - stop the others anyway
+                self.log.warning("could not stop %s: %s", name, exc)
+        deadline = time.monotonic() + self.stop_timeout
+        while names and time.monotonic() < deadline:
+            for name in list(names):
+                try:
+                    description = self.describe(name, give_up_after=self.stop_timeout)
+                except JobNotFound:
+                    names.remove(name)
+                    continue
+                if self.ended(description):
+                    self.log.info("%s job %s is %s.", label, name, self.status(description))
+                    names.remove(name)
+                    self.untrack(name)
+            if names:
+                self.pause(names, min(2.0, self.poll_interval))
+        if names:
+            self.log.warning("%s job(s) %s did not stop within %.0f s.", label, ", ".join(names), self.stop_timeout)
+
+
+# -- the asynchronous half (triggers) ----------------------------------------------------------------------
+class AsyncJobLifecycle:
+    """What a trigger does with one job while it waits: stream its logs (the cursor is JSON, so a
+    re-serialised trigger continues where it was), report status changes, and turn the job's end (or its
+    disappearance) into the event that resumes the task."""
+
+    def __init__(self, backend: Backend, kind: str, name: str, *, log: logging.Logger | logging.LoggerAdapter,
+                 poll_interval: float, log_cursor: Any = None) -> None:
+        self.backend = backend
+        self.info = kind_info(kind)
+        self.name = name
+        self.log = log
+        self.poll_interval = poll_interval
+        self.log_cursor = log_cursor
+        self.calls: dict[str, int] = {}
+        self._last: tuple[str, str | None] | None = None
+
+    async def print_new_logs(self) -> None:
+        events, self.log_cursor = await acall_with_backoff(
+            lambda: asyncio.to_thread(self.backend.log_events, self.info.name, self.name,  # type: ignore[arg-type]
+                                      self.log_cursor), counter=self.calls, what="logs")
+        for event in events:
+            self.log.info("%s", event.format())
+
+    async def stream_logs(self) -> None:
+        """Print new log lines every ``poll_interval`` until cancelled; logs are best effort."""
+        while True:
+            try:
+                await self.print_new_logs()
+            except Exception as exc:  # noqa: BLE001 - logs are best effort; the status decides
+                self.log.debug("log fetch failed: %s", exc)
+            await asyncio.sleep(self.poll_interval)
+
+    def observe(self, description: dict[str, Any]) -> dict[str, Any] | None:
+        """Log a status change; the event payload once the job has ended (else None)."""
+        status = self.info.status(description)
+        secondary = description.get("SecondaryStatus")
+        if (status, secondary) != self._last:
+            self.log.info("%s job %s: %s%s", self.info.name, self.name, status, f" / {secondary}" if secondary else "")
+            self._last = (status, secondary)
+        if status not in TERMINAL_STATES:
+            return None
+        return {"status": {"Completed": "success", "Failed": "failed", "Stopped": "stopped"}[status],
+                "job_name": self.name, "job_status": status, "failure_reason": description.get("FailureReason")}
+
+    def error(self, exc: BaseException) -> dict[str, Any] | None:
+        """The event payload for a polling error that ends the wait (the job does not exist); None for an
+        error worth retrying (logged)."""
+        if isinstance(exc, JobNotFound):
+            return {"status": "failed", "job_name": self.name, "job_status": None, "failure_reason": str(exc)}
+        self.log.warning("polling %s job %s failed, retrying: %s", self.info.name, self.name, exc)
+        return None

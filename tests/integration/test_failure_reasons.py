@@ -1,0 +1,64 @@
+"""FailureReason keeps the end: a deep traceback still names its exception within SageMaker's 1,024
+characters (issue 12 "Errors", issue 18 "FailureReason of a training job")."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pytest
+
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.sourcedir import upload_source
+from airflow_smdist.specs.processing import build_processing, upload_plan
+from airflow_smdist.specs.training import build_training
+from airflow_smdist.storage import Storage
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FAULTS = os.path.join(REPO, "tests", "fixtures", "faults")
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1"
+EXCEPTION_LINE = "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/smdist-expected-input.csv'"
+
+
+def wait(backend, kind, name, timeout=180):
+    key = {"training": "TrainingJobStatus", "processing": "ProcessingJobStatus"}[kind]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        d = backend.describe(kind, name)
+        if d[key] in ("Completed", "Failed", "Stopped"):
+            return d
+        time.sleep(0.3)
+    raise AssertionError(f"{kind} job {name} did not end")
+
+
+@pytest.fixture
+def backend(tmp_path):
+    return LocalBackend(tmp_path / "jobs")
+
+
+def test_training_failure_reason_ends_with_the_exception_line_of_a_deep_traceback(backend, tmp_path):
+    name = f"deep-{uuid.uuid4().hex[:8]}"
+    plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out", entry_point="deep_fail.py",
+                          source_dir=FAULTS, image_uri=IMAGE, instance_type="ml.m5.xlarge")
+    upload_source(plan.source_dir, "deep_fail.py", plan.source_uri)
+    backend.submit("training", plan.request)
+    reason = wait(backend, "training", name)["FailureReason"]
+    assert len(reason) <= 1024
+    assert reason.startswith("AlgorithmError: ")
+    assert reason.rstrip('"').rstrip().endswith(EXCEPTION_LINE)
+    assert "in descend_through" in reason  # context before it, as much as fits
+
+
+def test_processing_failure_reason_ends_with_the_exception_line(backend, tmp_path):
+    name = f"deep-{uuid.uuid4().hex[:8]}"
+    plan = build_processing(job_name=name, role=ROLE, image_uri=IMAGE, instance_type="ml.m5.xlarge",
+                            instance_count=1, code=os.path.join(FAULTS, "deep_fail.py"),
+                            code_location=f"file://{tmp_path}/code")
+    upload_plan(plan, Storage())
+    backend.submit("processing", plan.request)
+    reason = wait(backend, "processing", name)["FailureReason"]
+    assert len(reason) <= 1024
+    assert reason.startswith("AlgorithmError: the processing command failed with exit code 1")
+    assert reason.rstrip().endswith(EXCEPTION_LINE)

@@ -1,0 +1,157 @@
+"""Per-job insight on real jobs whose behaviour is known: uneven reads, a diverging loss; CloudWatch on moto."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+from airflow_smdist.storage import Storage
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(REPO, "tests", "fixtures", "insight")
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def context(name: str):
+    return {"ti": SimpleNamespace(dag_id="insight", task_id=name, map_index=-1, try_number=1), "run_id": name}
+
+
+@pytest.fixture
+def local_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    monkeypatch.setenv("SMDIST_LOCAL_SAMPLE_INTERVAL", "0.1")
+    return tmp_path / "jobs"
+
+
+def read_png(uri: str) -> bytes:
+    data = Storage().read_bytes(uri)
+    assert data[:8] == PNG_MAGIC
+    import matplotlib.image
+
+    import io
+    assert matplotlib.image.imread(io.BytesIO(data), format="png").shape[0] > 100  # decodes as an image
+    return data
+
+
+@pytest.mark.slow
+def task_log(caplog, capsys) -> str:
+    """What the task log got: Airflow 3 writes task logs through structlog (stdout here), Airflow 2 through
+    logging."""
+    return caplog.text + capsys.readouterr().out
+
+
+def test_uneven_reads_are_measured_per_host_and_reported(tmp_path, local_root, caplog, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "big.bin").write_bytes(os.urandom(16 << 20))  # FullyReplicated: every host gets all 16 MiB
+    op = SageMakerDistributedTrainingOperator(
+        task_id="io", job_name=f"io-{uuid.uuid4().hex[:8]}", entry_point="io_job.py", source_dir=SCRIPTS,
+        image_uri=IMAGE, instance_count=2, inputs={"train": f"file://{data}"}, output_path=f"file://{tmp_path}/out",
+        poll_interval=0.3)
+    with caplog.at_level(logging.INFO):
+        result = op.execute(context("io"))
+
+    hosts = result["insight"]["hosts"]
+    one, two = hosts["algo-1"]["read_bytes"], hosts["algo-2"]["read_bytes"]
+    assert 16 << 20 <= one < 18 << 20  # the channel once, plus what the interpreter itself read
+    assert 1.8 < two / one < 2.2  # host 2 read its channel twice
+    finding = " ".join(result["insight"]["findings"])
+    assert "algo-1 read" in finding and "fewer bytes than algo-2" in finding and "uneven" in finding
+    log = task_log(caplog, capsys)
+    assert "Insight: Job " in log and "fewer bytes" in log  # the reading in the task log
+
+    summary = json.loads(Storage().read_bytes(result["insight"]["summary_uri"]))
+    assert summary["hosts"]["algo-2"]["read_bytes"] == two
+    assert summary["hosts"]["algo-1"]["samples"] >= 3
+    assert result["insight"]["summary_uri"] == f"file://{tmp_path}/out/{result['job_name']}/output/insight.json"
+    read_png(result["insight"]["plot_uri"])
+
+
+@pytest.mark.slow
+def test_a_diverging_loss_is_found_with_lr_advice(tmp_path, local_root):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.csv").write_text("1\n")
+    op = SageMakerDistributedTrainingOperator(
+        task_id="div", job_name=f"div-{uuid.uuid4().hex[:8]}", entry_point="diverge.py", source_dir=SCRIPTS,
+        image_uri=IMAGE, instance_count=1, inputs={"train": f"file://{tmp_path}/d"},
+        output_path=f"file://{tmp_path}/out", poll_interval=0.3,
+        metric_definitions=[{"Name": "train:loss", "Regex": r"train_loss=([0-9.eE+-]+)"}],
+        hyperparameters={"batch_size": 64},
+        lr_scaling={"base_learning_rate": 0.1, "base_batch_size": 64, "per_device_batch_size": 64})
+    result = op.execute(context("div"))
+
+    loss = result["insight"]["metrics"]["train:loss"]
+    assert loss == {"first": 1.0, "last": 30.0, "min": 0.35, "diverged": True}
+    summary = json.loads(Storage().read_bytes(result["insight"]["summary_uri"]))
+    series = summary["metrics"]["train:loss"]["series"]["algo-1"]
+    assert [v for _t, v in series] == [1.0, 0.6, 0.4, 0.35, 0.9, 4.0, 30.0]
+    assert [t for t, _v in series] == sorted(t for t, _v in series)
+    assert summary["metrics"]["train:loss"]["divergence"]["at_seconds"] == series[3][0]
+    assert "train:loss diverged" in result["insight"]["findings"][0]
+    assert "lower base_learning_rate" in result["insight"]["findings"][0]
+
+
+@pytest.mark.slow
+def test_insight_can_be_turned_off(tmp_path, local_root):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.csv").write_text("1\n")
+    op = SageMakerDistributedTrainingOperator(
+        task_id="off", job_name=f"off-{uuid.uuid4().hex[:8]}", entry_point="diverge.py", source_dir=SCRIPTS,
+        image_uri=IMAGE, inputs={"train": f"file://{tmp_path}/d"}, output_path=f"file://{tmp_path}/out",
+        poll_interval=0.3, insight=False)
+    result = op.execute(context("off"))
+    assert "insight" not in result
+    assert not os.path.exists(f"{tmp_path}/out/{result['job_name']}/output/insight.json")
+
+
+def test_sagemaker_insight_reads_cloudwatch_on_the_moto_server(moto_server, s3_bucket, caplog, capsys):
+    import boto3
+
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+    from moto_server import REGION, sagemaker_backend
+    from test_sagemaker_backend import training_request
+
+    name = f"cw-{uuid.uuid4().hex[:8]}"
+    request = training_request(name, s3_bucket)
+    request["AlgorithmSpecification"]["MetricDefinitions"] = [{"Name": "train:loss", "Regex": "loss=([0-9.]+)"}]
+    request["ResourceConfig"]["InstanceCount"] = 2
+    SageMakerBackend().submit("training", request)
+    start = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=10)
+    job = sagemaker_backend().training_jobs[name]
+    job.training_start_time, job.training_end_time = start, start + timedelta(minutes=8)
+    cw = boto3.client("cloudwatch", endpoint_url=moto_server, region_name=REGION)
+    for minute, (loss, cpu1, cpu2) in enumerate([(1.0, 90, 20), (0.5, 95, 25), (0.25, 92, 22)], start=1):
+        at = start + timedelta(minutes=minute)
+        cw.put_metric_data(Namespace="/aws/sagemaker/TrainingJobs", MetricData=[
+            {"MetricName": "train:loss", "Value": loss, "Timestamp": at,
+             "Dimensions": [{"Name": "TrainingJobName", "Value": name}]},
+            {"MetricName": "CPUUtilization", "Value": cpu1, "Timestamp": at,
+             "Dimensions": [{"Name": "Host", "Value": f"{name}/algo-1"}]},
+            {"MetricName": "CPUUtilization", "Value": cpu2, "Timestamp": at,
+             "Dimensions": [{"Name": "Host", "Value": f"{name}/algo-2"}]}])
+
+    op = SageMakerDistributedTrainingOperator(
+        task_id="cw", backend="sagemaker", job_name=name, image_uri=request["AlgorithmSpecification"]["TrainingImage"],
+        output_path=f"s3://{s3_bucket}/output", role=request["RoleArn"], poll_interval=0.1)
+    with caplog.at_level(logging.INFO):
+        result = op.execute(context("cw"))  # moto completed it: the operator reattaches and reports
+
+    insight = result["insight"]
+    assert insight["metrics"]["train:loss"] == {"first": 1.0, "last": 0.25, "min": 0.25, "diverged": False}
+    assert insight["hosts"]["algo-1"]["cpu_mean_percent"] == pytest.approx(92.3, abs=0.1)
+    assert insight["hosts"]["algo-2"]["cpu_mean_percent"] == pytest.approx(22.3, abs=0.1)
+    assert insight["summary_uri"] == f"s3://{s3_bucket}/output/{name}/output/insight.json"
+    s3 = boto3.client("s3", endpoint_url=moto_server, region_name=REGION)
+    png = s3.get_object(Bucket=s3_bucket, Key=f"output/{name}/output/insight.png")["Body"].read()
+    assert png[:8] == PNG_MAGIC
+    summary = json.loads(s3.get_object(Bucket=s3_bucket, Key=f"output/{name}/output/insight.json")["Body"].read())
+    assert [v for _t, v in summary["metrics"]["train:loss"]["series"]["all"]] == [1.0, 0.5, 0.25]
+    assert "Insight: Job " + name in task_log(caplog, capsys)

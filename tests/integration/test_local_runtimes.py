@@ -1,0 +1,172 @@
+"""Local images: a job runs in its image's runtime (built with uv, cached), with the toolkit's pre-run steps.
+
+These tests run in the default runtime mode (``SMDIST_LOCAL_RUNTIME=image``). The runtimes they build are
+shared through the session's runtime cache (tests/conftest.py), so the suite builds each at most once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.sourcedir import upload_source
+from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.training import build_training
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "runtimes")
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+SKLEARN_12 = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"
+OWN_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1"
+
+
+@pytest.fixture(autouse=True)
+def image_runtimes(monkeypatch):
+    monkeypatch.setenv("SMDIST_LOCAL_RUNTIME", "image")
+
+
+@pytest.fixture
+def backend(tmp_path):
+    return LocalBackend(tmp_path / "jobs")
+
+
+def submit(backend, tmp_path, *, source, entry, image=SKLEARN_12, environment=None, **kw):
+    name = f"rt-{uuid.uuid4().hex[:8]}"
+    plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out", entry_point=entry,
+                          source_dir=source, image_uri=image, instance_type="ml.m5.xlarge", instance_count=1,
+                          environment=environment, **kw)
+    upload_source(plan.source_dir, entry, plan.source_uri)
+    backend.submit("training", plan.request)
+    return name
+
+
+def wait(backend, name, timeout=600):
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        d = backend.describe("training", name)
+        if d["TrainingJobStatus"] in ("Completed", "Failed", "Stopped"):
+            return d
+        time.sleep(0.3)
+    raise AssertionError((backend.job_dir("training", name) / "supervisor.log").read_text())
+
+
+def log_lines(backend, name) -> list[str]:
+    events, _ = backend.log_events("training", name)
+    return [e.message for e in events]
+
+
+def test_sklearn_1_2_image_runs_on_scikit_learn_1_2_with_its_requirements(backend, tmp_path):
+    """framework sklearn 1.2-1: scikit-learn 1.2.x, numpy < 2, the code's requirements.txt installed, and no
+    airflow_smdist (nor the worker's PYTHONPATH) for the script, as in the SageMaker container."""
+    name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "sk"), entry="train.py",
+                  hyperparameters={"fit-intercept": "True"})
+    d = wait(backend, name)
+    lines = log_lines(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), lines[-30:])
+    versions = next(m for m in lines if m.startswith("sklearn="))
+    assert versions.startswith("sklearn=1.2."), versions
+    assert " numpy=1." in versions and "tabulate=0.9.0" in versions
+    assert "airflow_smdist=absent" in lines
+    python = next(m for m in lines if m.startswith("python="))[len("python="):]
+    assert python != sys.executable and "/runtimes/" in python
+    # the platform lines say which runtime ran and what differs from the image
+    assert any(m.startswith("runtime: sagemaker-scikit-learn:1.2-1") and "scikit-learn 1.2." in m for m in lines)
+    assert any("pandas" in m and "instead of the image's 1.1.3" in m for m in lines)
+    assert any("requirements.txt into the job's layer" in m for m in lines)
+    host = backend.job_dir("training", name) / "hosts" / "algo-1"
+    assert (host / "output" / "success").exists() and not (host / "output" / "failure").exists()
+
+
+def test_failing_requirements_install_fails_the_job_with_pips_output(backend, tmp_path):
+    name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "badreq"), entry="train.py")
+    d = wait(backend, name)
+    assert d["TrainingJobStatus"] == "Failed"
+    reason = d["FailureReason"]
+    assert reason.startswith("AlgorithmError: InstallRequirementsError:\nExitCode 1\nErrorMessage"), reason
+    assert "smdist-surely-no-such-package" in reason and "'-m', 'pip', 'install', '-r', 'requirements.txt']" in reason
+    assert "never runs" not in log_lines(backend, name)
+    failure = backend.job_dir("training", name) / "hosts" / "algo-1" / "output" / "failure"
+    assert failure.read_text().startswith("InstallRequirementsError")
+
+
+def test_shell_entry_point_without_exec_bit_runs_and_sagemaker_program_chooses_it(backend, tmp_path):
+    """The toolkit chmods a shell entry point; SAGEMAKER_PROGRAM in Environment overrides sagemaker_program."""
+    assert not os.access(os.path.join(FIXTURES, "shell", "run.sh"), os.X_OK)
+    name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "shell"), entry="train.py",
+                  environment={"SAGEMAKER_PROGRAM": "run.sh"}, hyperparameters={"epochs": 2})
+    d = wait(backend, name)
+    lines = log_lines(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), lines[-20:])
+    assert "shell entry point ran with: --epochs 2" in lines
+    assert "wrong program" not in lines
+
+
+def test_own_image_without_a_declared_runtime_is_refused_naming_the_fields(backend, tmp_path):
+    with pytest.raises(SpecError) as e:
+        submit(backend, tmp_path, source=os.path.join(FIXTURES, "sk"), entry="train.py", image=OWN_IMAGE)
+    text = str(e.value)
+    assert "AlgorithmSpecification.TrainingImage" in text and "SMDIST_LOCAL_REQUIREMENTS" in text
+    assert "local_runtimes" in text and "SMDIST_LOCAL_PYTHON" in text
+    assert not (tmp_path / "jobs" / "training").exists() or not os.listdir(tmp_path / "jobs" / "training")
+
+
+def test_own_image_with_declared_requirements_runs_in_them(backend, tmp_path):
+    name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "sk"), entry="train.py", image=OWN_IMAGE,
+                  environment={"SMDIST_LOCAL_REQUIREMENTS": "scikit-learn==1.2.1 numpy<2"})
+    d = wait(backend, name)
+    lines = log_lines(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), lines[-20:])
+    assert next(m for m in lines if m.startswith("sklearn=")).startswith("sklearn=1.2.1 ")
+
+
+def test_unsatisfiable_framework_version_fails_with_the_field_and_uvs_reason(backend, tmp_path):
+    image = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:0.20.0-cpu-py3"
+    name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "sk"), entry="train.py", image=image)
+    d = wait(backend, name)
+    assert d["TrainingJobStatus"] == "Failed"
+    reason = d["FailureReason"]
+    assert reason.startswith("AlgorithmSpecification.TrainingImage: no local runtime for"), reason
+    assert "scikit-learn 0.20.0 does not install on this machine" in reason
+    assert "SMDIST_LOCAL_RUNTIME=worker" in reason
+
+
+def test_worker_runtime_is_an_explicit_logged_choice(backend, tmp_path, monkeypatch):
+    monkeypatch.setenv("SMDIST_LOCAL_RUNTIME", "worker")
+    name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "shell"), entry="run.sh")
+    d = wait(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    lines = log_lines(backend, name)
+    assert any(m.startswith("runtime: the Airflow worker's interpreter (SMDIST_LOCAL_RUNTIME=worker)") for m in lines)
+
+
+def test_two_jobs_building_one_runtime_at_once_build_it_once(tmp_path):
+    """Two processes resolve the same (new) runtime at the same moment: one builds, the other waits and
+    reuses it; the cache holds one complete runtime and no leftovers."""
+    cache = tmp_path / "cache"
+    code = ("import json, sys; from airflow_smdist.backends.local import runtimes as r; "
+            "rt = r.resolve(sys.argv[1], local_root='unused', environment={'SMDIST_LOCAL_REQUIREMENTS': "
+            "'tabulate==0.9.0'}, log=lambda m: print(m, flush=True)); print('PY=' + rt.python)")
+    env = dict(os.environ, SMDIST_RUNTIME_CACHE=str(cache), SMDIST_LOCAL_RUNTIME="image", PYTHONPATH=REPO)
+    procs = [subprocess.Popen([sys.executable, "-c", code, OWN_IMAGE], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    pythons = {line for out in outs for line in out.splitlines() if line.startswith("PY=")}
+    assert len(pythons) == 1
+    built = [out for out in outs if "building the local runtime" in out]
+    assert len(built) == 1 and any("built meanwhile by another job; reusing it" in out for out in outs), outs
+    entries = [p.name for p in cache.iterdir() if not p.name.endswith(".lock")]
+    assert len(entries) == 1 and json.loads((cache / entries[0] / "runtime.json").read_text())["packages"] == {
+        "tabulate": "0.9.0"}
+    python = pythons.pop()[3:]
+    out = subprocess.run([python, "-c", "import tabulate; print(tabulate.__version__)"], capture_output=True,
+                         text=True, env={"PATH": "/usr/bin:/bin"}, check=False)
+    assert out.stdout.strip() == "0.9.0"

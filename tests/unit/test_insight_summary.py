@@ -1,0 +1,41 @@
+"""insight.summarize on series whose meaning is known: what it finds and what it must not claim."""
+
+from __future__ import annotations
+
+from airflow_smdist.insight import cloudwatch_queries, summarize
+
+
+def samples(host, reads, cpu):
+    return [{"t": 100.0 + i, "host": host, "cpu_percent": c, "read_bytes": r, "cpu_seconds": i}
+            for i, (r, c) in enumerate(zip(reads, cpu))]
+
+
+def test_balanced_hosts_and_a_falling_loss_give_no_findings():
+    points = [{"name": "train:loss", "value": v, "t": 100.0 + i, "host": "algo-1"} for i, v in enumerate([1, .5, .3])]
+    s = summarize("j", points, samples("algo-1", [0, 50, 100], [90] * 3) + samples("algo-2", [0, 48, 97], [88] * 3))
+    assert s["findings"] == []
+    assert s["metrics"]["train:loss"]["diverged"] is False
+    assert s["reading"].startswith("Job j (2 host(s), 2 s): No uneven shards")
+
+
+def test_non_finite_metric_is_divergence_and_accuracy_rising_is_not():
+    nan = [{"name": "loss", "value": v, "t": float(i), "host": "algo-1"} for i, v in enumerate([1.0, float("nan")])]
+    assert summarize("j", nan, [])["metrics"]["loss"]["divergence"]["why"] == "loss became nan"
+    acc = [{"name": "val:acc", "value": v, "t": float(i), "host": "algo-1"} for i, v in enumerate([.1, .5, .9, .95])]
+    assert summarize("j", acc, [])["metrics"]["val:acc"]["diverged"] is False
+
+
+def test_an_idle_host_is_reported_once_with_its_share():
+    s = summarize("j", [], samples("algo-1", [0, 100, 200, 300], [95] * 4)
+                  + samples("algo-2", [0, 100, 200, 300], [95, 2, 3, 1]))
+    assert len(s["findings"]) == 1 and s["findings"][0].startswith("algo-2 was idle 75% of the time")
+
+
+def test_cloudwatch_queries_name_the_job_and_every_host():
+    d = {"TrainingJobName": "j", "ResourceConfig": {"InstanceCount": 2},
+         "AlgorithmSpecification": {"MetricDefinitions": [{"Name": "loss", "Regex": "l=(.*)"}]}}
+    q = cloudwatch_queries(d)
+    assert q[0]["MetricStat"]["Metric"] == {"Namespace": "/aws/sagemaker/TrainingJobs", "MetricName": "loss",
+                                            "Dimensions": [{"Name": "TrainingJobName", "Value": "j"}]}
+    hosts = {x["MetricStat"]["Metric"]["Dimensions"][0]["Value"] for x in q[1:]}
+    assert hosts == {"j/algo-1", "j/algo-2"} and len(q) == 1 + 2 * 4
