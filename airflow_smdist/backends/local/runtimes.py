@@ -69,8 +69,8 @@ IMAGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 #: A built-in algorithm runs the project's implementation of the container's (backends/local/builtin_*.py),
 #: which needs at least this version of the framework: framework -> (package, version, why)
 BUILTIN_FLOORS: dict[str, tuple[str, str, str]] = {
-    "xgboost": ("xgboost-cpu", "3.2", "the built-in algorithm runs here on the project's implementation of the "
-                "container, written for xgboost 3.x's collective API"),
+    "xgboost": ("xgboost-cpu", "3.2", ("the built-in algorithm runs here on the project's implementation of the "
+                                       "container, written for xgboost 3.x's collective API")),
 }
 
 #: What an image has that its local runtime cannot (said in the job's log and description).
@@ -300,8 +300,7 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
         if builtin and framework in BUILTIN_FLOORS:
             local_package, local_version, why = BUILTIN_FLOORS[framework]
             if _vtuple(pins[package] or "0") < _vtuple(local_version):
-                notes = (f"{local_package} {local_version}.x instead of the image's {package} {pins[package]} "
-                         f"({why})",)
+                notes = (f"{local_package} {local_version}.x instead of the image's {package} {pins[package]} ({why})",)
                 pins = {local_package: local_version, **{k: v for k, v in pins.items() if k != package}}
                 package = local_package
         return ImageSpec(image=image, framework=framework, version=version, package=package, pins=pins,
