@@ -533,12 +533,6 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _python_version(python: str) -> str:
-    out = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], check=False,
-                         capture_output=True, text=True, timeout=60, env=_clean_env())
-    return out.stdout.strip()
-
-
 def base_python() -> str:
     """The interpreter runtimes are made from: the worker's base Python (same version, no packages)."""
     return getattr(sys, "_base_executable", None) or sys.executable
@@ -551,7 +545,8 @@ def build(spec: ImageSpec, cache: Path, log: Callable[[str], None] = lambda _m: 
     python = base_python()
     torch = local_torch_version() if "torch" in spec.pins else None
     sources = uv_source_args()
-    key = cache_key(spec, _python_version(python), sources, torch)
+    version = ".".join(str(n) for n in sys.version_info[:3])  # base_python() is this very Python
+    key = cache_key(spec, version, sources, torch)
     final = cache / key
     if (final / "runtime.json").exists():
         return load(final, spec)
