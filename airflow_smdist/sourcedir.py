@@ -19,12 +19,15 @@ RUNTIME_FILES = ("airflow_smdist/__init__.py", "airflow_smdist/runtime/__init__.
 
 
 def pack_source_dir(source: str, dest_tar: str | os.PathLike, include_runtime: bool = False) -> list[str]:
-    """Tar ``source`` (a directory, or one file) into ``dest_tar``; returns the archive's member names."""
+    """Tar ``source`` (a directory, or one file) into ``dest_tar``; returns the archive's member names.
+
+    Symbolic links are stored as the files (and directories) they point to, as the SDK's ``create_tar_file``
+    (``dereference=True``) does: the archive must work where the links' targets do not exist."""
     src = Path(source)
     if not src.exists():
         raise SpecError("source_dir", f"{source!r} does not exist.", "give the directory holding the entry point.")
     names: list[str] = []
-    with tarfile.open(dest_tar, "w:gz") as tar:
+    with tarfile.open(dest_tar, "w:gz", dereference=True) as tar:
         if include_runtime:
             package_root = Path(__file__).resolve().parent.parent
             for rel in RUNTIME_FILES:
@@ -33,13 +36,16 @@ def pack_source_dir(source: str, dest_tar: str | os.PathLike, include_runtime: b
         if src.is_file():
             tar.add(src, arcname=src.name)
             return names + [src.name]
-        for dirpath, dirs, files in os.walk(src):
+        for dirpath, dirs, files in os.walk(src, followlinks=True):
             dirs[:] = sorted(d for d in dirs if d not in EXCLUDED)
             for f in sorted(files):
                 if f.endswith(".pyc"):
                     continue
                 full = Path(dirpath) / f
                 arc = full.relative_to(src).as_posix()
+                if not full.exists():
+                    raise SpecError("source_dir", f"{arc!r} is a symbolic link to {os.readlink(full)!r}, which does "
+                                    "not exist.", "remove the link or make its target exist.")
                 tar.add(full, arcname=arc)
                 names.append(arc)
     return names

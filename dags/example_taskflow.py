@@ -68,7 +68,7 @@ with DAG(
         inputs={"records": {"s3_uri": "{{ params.data_uri }}", "distribution": "ShardedByS3Key"}},
         output_path="{{ params.output_uri }}", role="{{ params.role }}", max_run=900, poll_interval=2,
     )
-    def estimate(min_records: int) -> dict:
+    def estimate(expected: dict, files: str) -> dict:
         import glob
         import math
         import os
@@ -90,8 +90,8 @@ with DAG(
         if c.rank != 0:
             return mine  # dropped: only global rank 0's return value becomes the task's XCom
         n = sum(p["n"] for p in parts)
-        if n < min_records:
-            raise ValueError(f"only {n} records, fewer than {min_records}")
+        if n != expected["records"] or expected["files"] != int(files):  # an XCom and a templated value
+            raise ValueError(f"the ranks read {n} records, the data has {expected['records']}")
         mean = sum(p["sum"] for p in parts) / n
         std = math.sqrt(max(0.0, sum(p["sumsq"] for p in parts) / n - mean * mean))
         return {"records": n, "mean": mean, "std": std, "ranks": len(parts), "per_rank": [p["n"] for p in parts]}
@@ -123,7 +123,7 @@ with DAG(
         return result
 
     expected = generate("{{ params.data_uri }}", "{{ params.files }}")
-    summary = estimate(min_records=100)
+    summary = estimate(expected, "{{ params.files }}")  # arguments: an XCom and a templated value (JSON)
     rows = count_rows()
-    expected >> [summary, rows]
+    expected >> rows
     check(summary, rows, expected)

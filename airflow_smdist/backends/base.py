@@ -83,7 +83,22 @@ class BackendError(RuntimeError):
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 
-class JobNotFound(BackendError):
+class ResourceNotFound(BackendError):
+    """A call named a job or model that does not exist (SageMaker answers ValidationException)."""
+
+
+class ResourceExists(BackendError):
+    """A Create call named a job or model that already exists."""
+
+
+class ModelNotFound(ResourceNotFound):
+    """DescribeModel/DeleteModel of a model that does not exist."""
+
+    def __init__(self, message: str, *, operation: str | None = None) -> None:
+        super().__init__(message, code="ValidationException", operation=operation)
+
+
+class JobNotFound(ResourceNotFound):
     """Describe/Stop of a job that does not exist."""
 
     def __init__(self, kind: str, name: str) -> None:

@@ -20,6 +20,8 @@ from airflow_smdist.backends.base import (
     BackendError,
     JobNotFound,
     LogEvent,
+    ModelNotFound,
+    ResourceExists,
     tuning_log_events,
 )
 from airflow_smdist.kinds import kind_info, snake_case
@@ -183,6 +185,18 @@ class SageMakerBackend:
         response.pop("ResponseMetadata", None)
         return response
 
+    def list_tags(self, kind: str, name: str) -> list[dict[str, str]]:
+        """ListTags of the job (DescribeXJob does not return them): every page."""
+        arn = self.describe(kind, name)[kind_info(kind).arn_key]
+        tags: list[dict[str, str]] = []
+        kwargs: dict[str, Any] = {"ResourceArn": arn, "MaxResults": 100}
+        while True:
+            page = self._call("ListTags", **kwargs)
+            tags += page.get("Tags", [])
+            if not page.get("NextToken"):
+                return tags
+            kwargs["NextToken"] = page["NextToken"]
+
     def stop(self, kind: str, name: str) -> None:
         """Stop*Job. A job already finished is left alone; a missing one raises JobNotFound."""
         info = kind_info(kind)
@@ -302,10 +316,21 @@ class SageMakerBackend:
         if local:
             raise SpecErrors(local)
         validate_request("CreateModel", request, allow_local_uris=False)
-        return self._call("CreateModel", **request)["ModelArn"]
+        try:
+            return self._call("CreateModel", **request)["ModelArn"]
+        except BackendError as exc:  # "Cannot create already existing model ..."
+            if exc.code == "ValidationException" and "already exist" in str(exc):
+                raise ResourceExists(str(exc), code=exc.code, operation="CreateModel") from exc
+            raise
 
     def describe_model(self, name: str) -> dict[str, Any]:
-        d = self._call("DescribeModel", ModelName=name)
+        """DescribeModel, without ``ResponseMetadata``. Raises ModelNotFound for a missing model."""
+        try:
+            d = self._call("DescribeModel", ModelName=name)
+        except BackendError as exc:
+            if is_not_found(exc.code, str(exc)):
+                raise ModelNotFound(str(exc), operation="DescribeModel") from exc
+            raise
         d.pop("ResponseMetadata", None)
         return d
 

@@ -133,13 +133,27 @@ def function_source(function: Callable) -> str:
     if node is None or node.name != name:
         raise SpecError("python_callable", f"no 'def {name}' found in its source.", "use a plain def.")
     body = text.splitlines(keepends=True)[node.lineno - 1:node.end_lineno]
+    kept = [f"@{ast.get_source_segment(text, d)}\n" for d in node.decorator_list if not _is_task_decorator(d)]
     def_line = first + node.lineno - 1  # the line of 'def' in the DAG file
     filename = os.path.basename(inspect.getsourcefile(function) or "?")
     header = HEADER.format(name=name, file=filename)
-    padding = "\n" * max(0, def_line - 2)
-    source = header + padding + "".join(body)
+    padding = "\n" * max(0, def_line - 2 - len(kept))
+    source = header + padding + "".join(kept) + "".join(body)
     check_names(source, name, filename)
     return source
+
+
+def _is_task_decorator(node: ast.expr) -> bool:
+    """``@task.smdist(...)``, ``@task``, ``@smdist_task``, ``@setup`` / ``@teardown``: Airflow's, not the job's."""
+    target = node.func if isinstance(node, ast.Call) else node
+    while isinstance(target, ast.Attribute):
+        target = target.value
+    return isinstance(target, ast.Name) and (target.id in ("task", "setup", "teardown") or "smdist" in target.id)
+
+
+#: module-level names the job's module has too
+MODULE_NAMES = frozenset({"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__",
+                          "__builtins__", "annotations"})
 
 
 def check_names(source: str, name: str, filename: str) -> None:
@@ -157,12 +171,13 @@ def check_names(source: str, name: str, filename: str) -> None:
         for sym in t.get_symbols():
             if sym.is_global() and not sym.is_assigned() and sym.is_referenced():
                 missing.add(sym.get_name())
-    missing -= set(dir(builtins)) | {name}
+    missing -= set(dir(builtins)) | MODULE_NAMES | {name}
     if missing:
         names = ", ".join(sorted(missing))
         raise SpecError("python_callable", f"{name}() uses names of the DAG file that do not exist in the job: "
                         f"{names}. Only the function's source and its arguments travel.",
-                        "import modules inside the function, and pass values as arguments.")
+                        "import modules inside the function, and pass values as arguments (decorators other "
+                        "than Airflow's travel with the function and run in the job too).")
 
 
 def json_arguments(function_name: str, args: list, kwargs: dict) -> tuple[list, dict]:

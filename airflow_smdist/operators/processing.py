@@ -96,16 +96,16 @@ class _ProcessingOperator(SmdistJobOperator):
 
     def plan(self, job_name: str, backend_name: str):
         require_role(self, backend_name)  # before anything is built or uploaded
-        from airflow_smdist.specs.errors import SpecError
+        from airflow_smdist.specs.errors import MissingUploadLocation
 
         args = {name: getattr(self, name) for name in self.builder_args}
         build = self.builder()
         try:
             return build(job_name=job_name, region=self.hook.region_name, allow_local_uris=backend_name == "local",
                          **args)
-        except SpecError as exc:
+        except MissingUploadLocation as exc:
             # local files to upload and nowhere given to put them: where the SageMaker SDK would put them
-            if self.code_location or exc.field not in LOCATION_ARGS or "is required to upload" not in exc.problem:
+            if self.code_location or exc.field not in LOCATION_ARGS:
                 raise
         args["code_location"] = self.default_code_location()
         return build(job_name=job_name, region=self.hook.region_name, allow_local_uris=backend_name == "local",

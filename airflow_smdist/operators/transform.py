@@ -36,7 +36,7 @@ from typing import Any, Sequence
 from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
 from airflow_smdist._compat import AirflowException, BaseOperator
-from airflow_smdist.backends.base import BackendError
+from airflow_smdist.backends.base import ModelNotFound, ResourceExists
 from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, require_role, stable_job_name
 from airflow_smdist.operators.links import SmdistConsoleLink, persist_console_links
 
@@ -58,45 +58,18 @@ class SageMakerBatchInferenceJobLink(SmdistConsoleLink):
 
 
 # -- models on either backend --------------------------------------------------------------------------------
-def _model_missing(exc: BackendError) -> bool:
-    return exc.code in ("ValidationException", "ResourceNotFound") and "could not find" in str(exc).lower()
-
-
 def create_model(backend, request: dict) -> str:
-    """CreateModel on ``backend`` (local: its models store; sagemaker: the API). Returns the model ARN."""
-    if hasattr(backend, "create_model"):
-        return backend.create_model(request)
-    if backend.name == "local":
-        from airflow_smdist.backends.local.transform import create_model as local_create
-
-        return local_create(backend, request)
-    from airflow_smdist.backends.sagemaker import _local_uri_errors
-    from airflow_smdist.specs.errors import SpecErrors
-    from airflow_smdist.specs.validate import validate_request
-
-    local = _local_uri_errors("CreateModel", request)
-    if local:
-        raise SpecErrors(local)
-    validate_request("CreateModel", request, allow_local_uris=False)
-    return backend._call("CreateModel", **request)["ModelArn"]
+    """CreateModel on ``backend`` (local: its models store; sagemaker: the API). Returns the model ARN.
+    Raises ResourceExists when a model of that name exists."""
+    return backend.create_model(request)
 
 
 def describe_model(backend, name: str) -> dict | None:
     """DescribeModel on ``backend``; None when there is no such model."""
     try:
-        if hasattr(backend, "describe_model"):
-            return backend.describe_model(name)
-        if backend.name == "local":
-            from airflow_smdist.backends.local.transform import describe_model as local_describe
-
-            return local_describe(backend, name)
-        d = backend._call("DescribeModel", ModelName=name)
-        d.pop("ResponseMetadata", None)
-        return d
-    except BackendError as exc:
-        if _model_missing(exc):
-            return None
-        raise
+        return backend.describe_model(name)
+    except ModelNotFound:
+        return None
 
 
 def storage_for(backend):
@@ -204,9 +177,11 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         ``shard`` when mapped over :class:`SageMakerBatchShardPlanOperator`'s output).
     :param model_data: model.tar.gz to create the model from (with ``image_uri`` or ``framework`` +
         ``framework_version``); or give ``model_name`` of an existing model.
-    :param split_type: None | Line (default); ``batch_strategy`` SingleRecord | MultiRecord (default with
-        Line), ``max_payload_mb``, ``max_concurrent_transforms``, ``assemble_with`` (default Line with Line),
-        ``content_type`` (default text/csv) / ``accept``, ``input_filter`` / ``join_source`` /
+    :param split_type: None (default, whole objects, as the SDK's ``Transformer.transform``) | Line | RecordIO |
+        TFRecord; ``batch_strategy`` SingleRecord | MultiRecord (default with Line), ``max_payload_mb``,
+        ``max_concurrent_transforms``, ``assemble_with`` (default Line with Line: one output line per input
+        line, so record counts can be checked; the one deliberate difference from the SDK's defaults),
+        ``content_type`` / ``accept`` (default None, as the SDK's), ``input_filter`` / ``join_source`` /
         ``output_filter`` (DataProcessing), ``invocations_timeout`` / ``invocations_max_retries``.
     :param check_records: compare record counts (None: wherever the settings make records countable).
 
@@ -223,6 +198,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         *RECORD_ARGS)
     template_fields_renderers = {"environment": "json", "model_environment": "json", "shard": "json"}
     operator_extra_links = (SageMakerBatchInferenceJobLink(),)
+    name_reserve = NAME_RESERVE
 
     def __init__(self, *, input_uri: str, output_uri: str, fan_out: str = "transform",
                  model_name: str | None = None, model_data: str | None = None, image_uri: str | None = None,
@@ -231,7 +207,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                  model_environment: dict[str, str] | None = None, role: str | None = None,
                  instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1, shards: int | str = 2,
                  shard: dict | None = None, shard_retries: int = 2, s3_data_type: str = "S3Prefix",
-                 content_type: str | None = "text/csv", accept: str | None = None, split_type: str | None = "Line",
+                 content_type: str | None = None, accept: str | None = None, split_type: str | None = None,
                  compression: str | None = None, batch_strategy: str | None = None,
                  max_payload_mb: int | str | None = None, max_concurrent_transforms: int | str | None = None,
                  assemble_with: str | None = None, input_filter: str | None = None, join_source: str | None = None,
@@ -347,9 +323,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             try:
                 arn = create_model(backend, plan.request)
                 self.log.info("Created model %s (%s) from %s", name, arn, self.model_data)
-            except BackendError as exc:
-                if "already exist" not in str(exc):
-                    raise
+            except ResourceExists:
+                pass
             existing = describe_model(backend, name) or plan.request  # a mapped sibling may have made it
         have = existing.get("PrimaryContainer") or {}
         want = plan.request["PrimaryContainer"]
@@ -420,6 +395,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         from airflow_smdist.specs import sharding
 
         self._check_arguments()
+        self.own(context)
         sharding.check_prefixes(self.input_uri, self.output_uri)
         _checked_settings(self.settings())
         backend = self.get_backend()
@@ -655,6 +631,18 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                               jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
 
 
+def _materialize(values: Any) -> list:
+    """A mapped task's XCom results as a list, read by index up to their count: iterating Airflow's lazy
+    XCom sequence reads one past the end to find it, which Airflow 3 logs as an error ("XCom not found")."""
+    if values is None:
+        return []
+    try:
+        count = len(values)
+    except TypeError:
+        return list(values)
+    return [values[i] for i in range(count)]
+
+
 class _StepOperator(BaseOperator):
     """The planner and the merge step: they only read and write storage (on the backend's endpoint)."""
 
@@ -662,8 +650,8 @@ class _StepOperator(BaseOperator):
 
     def __init__(self, *, input_uri: str, output_uri: str, backend: str | None = None,
                  smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
-                 region_name: str | None = None, content_type: str | None = "text/csv", accept: str | None = None,
-                 split_type: str | None = "Line", compression: str | None = None, batch_strategy: str | None = None,
+                 region_name: str | None = None, content_type: str | None = None, accept: str | None = None,
+                 split_type: str | None = None, compression: str | None = None, batch_strategy: str | None = None,
                  assemble_with: str | None = None, join_source: str | None = None, output_filter: str | None = None,
                  check_records: bool | None = None, **kwargs: Any) -> None:
         # accepted so that one dict of record settings fits every step
@@ -737,7 +725,7 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
         objects = list_inputs(storage, self.input_uri, self.output_uri)
         report = completeness(storage, objects, self.output_uri, self.settings(), self.check_records)
         jobs, processed = [], []
-        for result in [r for r in (self.shard_results or []) if r]:
+        for result in [r for r in _materialize(self.shard_results) if r]:
             jobs += result.get("jobs") or []
             processed += result.get("processed_inputs") or []
         summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,

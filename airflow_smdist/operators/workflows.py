@@ -80,6 +80,12 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
             raise SpecError("checkpoint_s3_uri", "is required: each link resumes from the previous link's checkpoint.",
                             "pass checkpoint_s3_uri='s3://bucket/checkpoints/<run>'.")
         self.max_links = int(max_links)
+        if self.max_links < 1:
+            from airflow_smdist.specs.errors import SpecError
+
+            raise SpecError("max_links", f"{max_links!r}: a chain needs at least one link.",
+                            "give max_links >= 1 (each link is one job of at most max_run seconds).")
+        self.name_reserve = len(f"-l{self.max_links}-r30")  # type: ignore[misc] - links and their attempts
         self.finished_marker = finished_marker
         self.finished_metric = finished_metric
 

@@ -197,8 +197,8 @@ def error_record(exc: BaseException, ident: dict, what: str) -> dict:
         frames = frames.tb_next  # the runner's own frame is noise: start at the function's
     tb = "".join(traceback.format_exception(type(exc), exc, frames))
     kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ in ("builtins", "__main__", "smdist_function") \
-        else f"{kind.__module__}.{kind.__qualname__}"
+    own = kind.__module__ in ("builtins", "__main__", "smdist_function", __name__)  # the runner's own errors too
+    name = kind.__qualname__ if own else f"{kind.__module__}.{kind.__qualname__}"
     return {"rank": ident.get("rank"), "local_rank": ident.get("local_rank"), "host": ident.get("host"),
             "host_rank": ident.get("host_rank"), "world_size": ident.get("world_size"), "time": time.time(),
             "function": what, "type": name, "message": str(exc)[:2000], "traceback": tb}
@@ -235,10 +235,15 @@ def report_error(record: dict, kind: str, errors_dir: str | None) -> None:
 
 def install_requirements(payload_dir: str) -> None:
     """Processing only (training containers install ``requirements.txt`` themselves, as SageMaker's
-    toolkit does): what the SDK's FrameworkProcessor runs, ``pip install -r requirements.txt``."""
+    toolkit does): ``pip install -r requirements.txt``, as the SDK's FrameworkProcessor runs it, but into a
+    directory of this job put first on ``sys.path``, so the image's own environment is left as it is."""
     req = os.path.join(payload_dir, "requirements.txt")
-    if os.path.exists(req):
-        subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-r", req], check=True)
+    if not os.path.exists(req):
+        return
+    target = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"smdist-packages-{os.getpid()}")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--target", target, "-r", req], check=True)
+    sys.path.insert(0, target)
 
 
 # -- main ---------------------------------------------------------------------------------------------------

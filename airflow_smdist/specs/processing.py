@@ -7,7 +7,7 @@ Two builders, each the request the SageMaker Python SDK's processor would send f
   [--local-spark-event-logs-dir /opt/ml/processing/spark-events/] /opt/ml/processing/input/code/<app>``,
   inputs are the user's, then ``py-files``, ``jars``, ``files``, ``conf`` (the EMR-style configuration as
   ``configuration.json``) and ``code``; outputs the user's, then ``spark-event-logs`` (Continuous) when event
-  logs are asked for (shared/reference/sagemaker-contracts.md §3.3). The image is the SDK's
+  logs are asked for (docs/contracts.md §3.3). The image is the SDK's
   ``sagemaker-spark-processing`` image for the framework version and region.
 * :func:`build_processing` / :func:`processing_request`: ``ScriptProcessor.run(code=...)`` (a script in a
   scikit-learn / framework / own image: ``command + [/opt/ml/processing/input/code/<script>]``) or
@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.errors import MissingUploadLocation, SpecError, as_tags
 from airflow_smdist.specs.training import _as_int  # the builders' one integer coercion
 from airflow_smdist.specs.validate import validate_request
 
@@ -202,7 +202,7 @@ def _join(base: str, *parts: str) -> str:
 
 def _prefix(name: str, location: str | None, job_name: str, what: str, allow_local: bool) -> str:
     if not location:
-        raise SpecError(name, f"is required to upload {what}: the request must name where it lives.",
+        raise MissingUploadLocation(name, f"is required to upload {what}: the request must name where it lives.",
                         "give an S3 prefix, e.g. code_location='s3://my-bucket/smdist' (the SageMaker SDK uses "
                         "s3://sagemaker-<region>-<account>); the file is uploaded to <prefix>/<job>/input/<channel>.")
     _check_uri(location, name, allow_local)
@@ -210,14 +210,7 @@ def _prefix(name: str, location: str | None, job_name: str, what: str, allow_loc
 
 
 def _tags(tags: Any) -> list[dict[str, str]] | None:
-    if not tags:
-        return None
-    if isinstance(tags, dict):  # the SDK's format_tags
-        return [{"Key": str(k), "Value": str(v)} for k, v in tags.items()]
-    if isinstance(tags, list) and all(isinstance(t, dict) and set(t) == {"Key", "Value"} for t in tags):
-        return [dict(t) for t in tags]
-    raise SpecError("tags", f"{tags!r} is neither a dict nor a list of {{'Key', 'Value'}} entries.",
-                    "give tags={'team': 'ml'}.")
+    return as_tags(tags)
 
 
 def network_config_request(network_config: Any) -> dict[str, Any] | None:

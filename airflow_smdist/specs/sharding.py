@@ -6,7 +6,7 @@ for record counts, a ``read`` callable (``Storage.read_bytes``); the operator do
 * :func:`plan_shards` balances objects by size over N shards (largest first onto the lightest shard), so N
   separate jobs finish at about the same time; objects are never split (SageMaker's unit is the object).
 * :func:`output_uri` is batch transform's naming, ``S3OutputPath/<key below the input prefix>.out``
-  (shared/reference/sagemaker-contracts.md §4.3); the processing fan-out writes the same names.
+  (docs/contracts.md §4.3); the processing fan-out writes the same names.
 * :func:`check_completeness` requires every input object's output, with the record count matched where the
   split type makes records countable; what fails is *pending*, and a re-run processes only that.
 * :func:`input_manifest` is SageMaker's ManifestFile (``[{"prefix": ...}, "rel/key", ...]``), the input of a

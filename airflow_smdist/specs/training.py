@@ -2,7 +2,7 @@
 
 Pure: no file is read or written and no call is made here. The source directory is *named* in the request
 (``sagemaker_submit_directory`` = ``<code_location>/<job>/source/sourcedir.tar.gz``, as the SageMaker SDK
-does); packing and uploading it is the caller's I/O (:func:`airflow_smdist.specs.source.pack_source_dir`).
+does); packing and uploading it is the caller's I/O (:func:`airflow_smdist.sourcedir.pack_source_dir`, :func:`airflow_smdist.sourcedir.upload_source`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.errors import SpecError, as_mapping, as_tags
 from airflow_smdist.specs.validate import validate_request
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 DEFAULT_REGION = "us-east-1"
 INPUT_MODES = ("File", "FastFile", "Pipe")
 DISTRIBUTION_TYPES = ("FullyReplicated", "ShardedByS3Key")
-#: The SageMaker SDK's script-mode hyperparameters (see shared/reference/sagemaker-contracts.md §2.1).
+#: The SageMaker SDK's script-mode hyperparameters (see docs/contracts.md §2.1).
 SCRIPT_MODE_KEYS = ("sagemaker_program", "sagemaker_submit_directory", "sagemaker_container_log_level",
                     "sagemaker_job_name", "sagemaker_region")
 CHANNEL_KEYS = {
@@ -159,6 +160,38 @@ def _tensorflow_model_dir(framework: str | None, model_dir: str | bool | None, d
 # -- the spec sections: each argument of a training job is written once, here ------------------------------
 
 
+def checked_metric_definitions(metric_definitions: Any) -> list[dict[str, str]]:
+    """MetricDefinitions with every regex compiled and holding exactly one capture group (the value), so a
+    typo fails here rather than in the job (or, silently, as no metrics at all)."""
+    if not isinstance(metric_definitions, (list, tuple)):
+        raise SpecError("metric_definitions", f"{metric_definitions!r} is not a list.",
+                        "give [{'Name': 'train:loss', 'Regex': 'loss=([0-9.]+)'}].")
+    out = []
+    for i, m in enumerate(metric_definitions):
+        where = f"metric_definitions[{i}]"
+        if not isinstance(m, dict) or not m.get("Name") or not isinstance(m.get("Regex"), str):
+            raise SpecError(where, f"{m!r} needs a 'Name' and a 'Regex'.", "give {'Name': 'train:loss', 'Regex': "
+                            "'loss=([0-9.]+)'}.")
+        try:
+            groups = re.compile(m["Regex"]).groups
+        except re.error as exc:
+            raise SpecError(f"{where}.Regex", f"{m['Regex']!r} is not a valid regular expression ({exc}).",
+                            "fix the pattern, e.g. 'loss=([0-9.]+)'.") from None
+        if groups != 1:
+            raise SpecError(f"{where}.Regex", f"{m['Regex']!r} has {groups} capture groups; the metric's value is "
+                            "the one group SageMaker reads.", "capture exactly the number, e.g. 'loss=([0-9.]+)'; "
+                            "make other groups non-capturing: (?:...).")
+        out.append(dict(m))
+    return out
+
+
+def _input_channels(inputs: Any) -> dict[str, Any]:
+    """``inputs`` as {channel: spec}; one URI alone is the "training" channel, as the SDK's ``fit(inputs)``."""
+    if isinstance(inputs, str) and "://" in inputs and not inputs.lstrip().startswith(("{", "[")):
+        return {"training": inputs}
+    return as_mapping(inputs, "inputs", "{'train': 's3://bucket/train/'}")
+
+
 @dataclass
 class JobSection:
     """Who runs the job, where its output goes, and what the script is told."""
@@ -170,6 +203,13 @@ class JobSection:
     environment: dict[str, str] | None = None
     tags: dict[str, str] | None = None
 
+    def __post_init__(self) -> None:  # wrong types name their field (e.g. Jinja that rendered a dict as text)
+        self.hyperparameters = as_mapping(self.hyperparameters, "hyperparameters", "{'epochs': 10}")
+        self.environment = as_mapping(self.environment, "environment", "{'NAME': 'value'}")
+        self.tags = as_tags(self.tags)
+        if self.metric_definitions:
+            self.metric_definitions = checked_metric_definitions(self.metric_definitions)
+
     def to_request(self, request: dict[str, Any]) -> None:
         request["RoleArn"] = self.role
         request["OutputDataConfig"] = {"S3OutputPath": self.output_path}
@@ -178,7 +218,7 @@ class JobSection:
         if self.environment:
             request["Environment"] = {str(k): str(v) for k, v in self.environment.items()}
         if self.tags:
-            request["Tags"] = [{"Key": str(k), "Value": str(v)} for k, v in self.tags.items()]
+            request["Tags"] = self.tags
 
 
 @dataclass
@@ -343,6 +383,7 @@ class ChannelsSection:
     input_mode: str = "File"
 
     def __post_init__(self) -> None:
+        self.inputs = _input_channels(self.inputs)
         if self.input_mode not in INPUT_MODES:
             raise SpecError("input_mode", f"{self.input_mode!r} is not an input mode.", f"use one of {INPUT_MODES}.")
 

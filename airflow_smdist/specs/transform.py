@@ -10,7 +10,7 @@ CreateProcessingJob requests.
 * :func:`build_transform` / :func:`transform_request`: ``Transformer.transform(...)``'s CreateTransformJob
   (SplitType, BatchStrategy, MaxPayloadInMB, MaxConcurrentTransforms, AssembleWith, Accept / ContentType,
   DataProcessing, ModelClientConfig), with the service's rules checked here
-  (shared/reference/sagemaker-contracts.md §4.1).
+  (docs/contracts.md §4.1).
 * :func:`build_processing_inference`: the same inference as one processing job whose data input is
   ``ShardedByS3Key`` (the processing fan-out): the model's artifact and code as inputs, and the batch
   runner (:mod:`airflow_smdist.backends.local.inference`, uploaded as ``smdist_batch_runner.py``) applying
@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.errors import MissingUploadLocation, SpecError, as_mapping, as_tags
 from airflow_smdist.specs.training import _as_int  # the builders' one integer coercion
 from airflow_smdist.specs.validate import validate_request
 
@@ -69,22 +69,11 @@ def _choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:
 
 
 def _tags(tags: Any) -> list[dict[str, str]] | None:
-    if not tags:
-        return None
-    if isinstance(tags, dict):
-        return [{"Key": str(k), "Value": str(v)} for k, v in tags.items()]
-    if isinstance(tags, list) and all(isinstance(t, dict) and set(t) == {"Key", "Value"} for t in tags):
-        return [dict(t) for t in tags]
-    raise SpecError("tags", f"{tags!r} is neither a dict nor a list of {{'Key', 'Value'}} entries.",
-                    "give tags={'team': 'ml'}.")
+    return as_tags(tags)
 
 
 def _env(environment: Any, name: str) -> dict[str, str]:
-    if environment is None:
-        return {}
-    if not isinstance(environment, dict):
-        raise SpecError(name, f"{environment!r} is not a dict.", f"give {name}={{'NAME': 'value'}}.")
-    return {str(k): str(v) for k, v in environment.items()}
+    return {str(k): str(v) for k, v in as_mapping(environment, name, "{'NAME': 'value'}").items()}
 
 
 def inference_image_uri(framework: str, framework_version: str, instance_type: str, region: str | None = None,
@@ -185,7 +174,7 @@ def build_model(
             source_uri = source_dir
         else:
             if not code_location:
-                raise SpecError("code_location", "is required to upload the inference code.",
+                raise MissingUploadLocation("code_location", "is required to upload the inference code.",
                                 "give an S3 prefix, e.g. code_location='s3://my-bucket/code'.")
             source_uri = f"{code_location.rstrip('/')}/{model_name}/sourcedir.tar.gz"
             pack = source_dir or entry_point

@@ -11,7 +11,7 @@ is carried over, and the tags move to the tuning job (SageMaker propagates them 
 The search: objective metric and type, parameter ranges (integer, continuous, categorical; scaling types
 Auto, Linear, Logarithmic, ReverseLogarithmic), strategy (Bayesian, Random, Hyperband with min/max
 resource, Grid), resource limits, early stopping, warm start, completion criteria and RandomSeed. The rules
-SageMaker applies server side (shared/reference/sagemaker-contracts.md §5) are checked here, with errors
+SageMaker applies server side (docs/contracts.md §5) are checked here, with errors
 that name the field and the fix: :func:`check_tuning_request` runs them over any request, so the local
 backend applies the same rules to a request built elsewhere.
 """
@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_smdist.specs.errors import SpecError, SpecErrors
+from airflow_smdist.specs.errors import SpecError, SpecErrors, as_mapping, as_tags
 from airflow_smdist.specs.validate import validate_request
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,9 @@ def parameter_ranges(ranges: dict[str, Any], *, script_mode: bool) -> dict[str, 
     when both bounds are integers, else continuous. ``min_value``/``max_value``/``scaling_type`` (the SDK's
     names) are accepted too. A dict that already has the API's keys (``IntegerParameterRanges``, ...) is
     taken as it is."""
-    if not isinstance(ranges, dict) or not ranges:
+    ranges = as_mapping(ranges, "hyperparameter_ranges", "{'learning_rate': {'type': 'continuous', 'min': 0.001, "
+                        "'max': 0.3}}")
+    if not ranges:
         raise SpecError("hyperparameter_ranges", "at least one hyperparameter range is required.",
                         "give e.g. {'learning_rate': {'type': 'continuous', 'min': 0.001, 'max': 0.3}}.")
     api_keys = set(RANGE_KINDS.values()) | {"AutoParameters"}
@@ -578,7 +580,7 @@ def build_tuning(
             "ParentHyperParameterTuningJobs": [{"HyperParameterTuningJobName": str(p)} for p in parents],
             "WarmStartType": _choice(warm_start_type, WARM_START_TYPES, "warm_start_type")}
     if tags:
-        request["Tags"] = [{"Key": str(k), "Value": str(v)} for k, v in tags.items()]
+        request["Tags"] = as_tags(tags)
 
     validate_request(OPERATION, request, allow_local_uris=allow_local_uris)
     check_tuning_request(request)

@@ -441,7 +441,8 @@ def test_models_store(backend, tmp_path):
 def op(tmp_path, fan_out, out, **kw):
     args = dict(task_id=f"score_{fan_out}", fan_out=fan_out, input_uri=f"file://{tmp_path}/in",
                 output_uri=f"file://{tmp_path}/{out}", model_data=f"file://{tmp_path}/model.tar.gz",
-                image_uri=SKLEARN_IMAGE, instance_count=2, shards=3, accept="text/csv", max_payload_mb=1,
+                image_uri=SKLEARN_IMAGE, instance_count=2, shards=3, content_type="text/csv", accept="text/csv",
+                split_type="Line", max_payload_mb=1,
                 poll_interval=0.3)
     args.update(kw)
     return SageMakerShardedBatchInferenceOperator(**args)
@@ -499,7 +500,7 @@ def test_three_ways_give_identical_complete_outputs_and_a_rerun_processes_only_t
 def test_mapped_shards_plan_run_and_merge_and_a_rerun_plans_only_the_missing(scoring, backend):
     tmp_path = scoring
     run = f"run-{uuid.uuid4().hex}"
-    records = dict(accept="text/csv", max_payload_mb=1)
+    records = dict(content_type="text/csv", accept="text/csv", split_type="Line", max_payload_mb=1)
     plan = SageMakerBatchShardPlanOperator(task_id="plan", input_uri=f"file://{tmp_path}/in",
                                            output_uri=f"file://{tmp_path}/out", shards=3, **records)
     shards = plan.execute(context(run, "plan"))

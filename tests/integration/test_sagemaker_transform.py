@@ -80,7 +80,7 @@ def write_output(s3, bucket, key, lines):
 def op(bucket, **kw):
     args = dict(task_id="score", backend="sagemaker", input_uri=f"s3://{bucket}/in/", output_uri=f"s3://{bucket}/out/",
                 model_data=f"s3://{bucket}/model/model.tar.gz", image_uri=IMAGE, role=ROLE, instance_count=2,
-                accept="text/csv", poll_interval=0.05, print_logs=False)
+                content_type="text/csv", accept="text/csv", split_type="Line", poll_interval=0.05, print_logs=False)
     args.update(kw)
     return SageMakerShardedBatchInferenceOperator(**args)
 

@@ -68,6 +68,10 @@ def count_shard(suffix: str):
     return sorted(f for f in os.listdir(shard) if f.endswith(suffix))
 
 
+def big_result(n: int):
+    return "x" * n
+
+
 def uses_a_module_name():
     return inspect.getsource(rank_value)  # 'inspect' is this test module's, not the job's
 
@@ -290,3 +294,22 @@ def test_processing_on_moto_ships_the_payload_as_inputs_and_collects_results_fro
         Bucket=s3_bucket, Prefix=f"code/{name}/input/smdist-function/")["Contents"]}
     assert f"code/{name}/input/smdist-function/smdist_function.py" in keys
     assert not job.get("Environment")  # nothing (no key, no secret) travels in the job's environment
+
+
+def test_processing_host_2s_failure_fails_the_task_with_its_type(tmp_path, local_root):
+    data = tmp_path / "records"
+    data.mkdir()
+    (data / "a.csv").write_text("1\n")
+    op = SmdistProcessingDecoratedOperator(
+        task_id="fn", python_callable=fail_on_host_2, op_args=[30], image_uri="python:3.11", instance_count=2,
+        inputs={"records": f"file://{data}"}, code_location=f"file://{tmp_path}/code", poll_interval=0.5)
+    with pytest.raises(SmdistFunctionError, match=r"fail_on_host_2\(\) raised ValueError on host algo-2") as info:
+        op.execute(context(f"run-{uuid.uuid4().hex}"))
+    assert info.value.exception_type == "ValueError" and "bad shard on host rank 1" in info.value.remote_traceback
+
+
+def test_a_result_above_max_result_bytes_fails_with_a_clear_error(tmp_path, local_root):
+    op = training(tmp_path, big_result, 5000, instance_count=1, max_result_bytes=1000)
+    with pytest.raises(SmdistFunctionError, match=r"raised ResultTooLarge on rank 0 .* 5002 bytes as JSON, above "
+                                                  r"max_result_bytes=1000: write large data to S3"):
+        op.execute(context(f"run-{uuid.uuid4().hex}"))

@@ -149,6 +149,10 @@ class LocalBackend:
         request = self.store.request(kind, name)
         return module.describe(self, request, self._live_state(kind, name))
 
+    def list_tags(self, kind: str, name: str) -> list[dict[str, str]]:
+        """ListTags of a job: the Tags of its request."""
+        return list(self.store.request(kind, name).get("Tags") or [])
+
     def stop(self, kind: str, name: str) -> None:
         state = self._live_state(kind, name)
         if state["status"] in TERMINAL_STATES:

@@ -2,8 +2,8 @@
 
 This is each simulated host's command for a training job whose TrainingImage is the ``sagemaker-xgboost``
 container and which names no script (algorithm mode). It follows the open-source container
-(aws/sagemaker-xgboost-container: ``training.py`` -> ``algorithm_mode/train.py::sagemaker_train`` ->
-``train_job``) on the ``xgboost`` package installed here:
+(aws/sagemaker-xgboost-container, the ``1.7-1`` container, see docs/contracts.md §0: ``training.py`` ->
+``algorithm_mode/train.py::sagemaker_train`` -> ``train_job``) on the ``xgboost`` package installed here:
 
 * reads the contract the platform gives every host under ``SAGEMAKER_BASE_DIR`` (``/opt/ml`` in a host's own
   mount namespace): ``input/config/hyperparameters.json`` (plain strings), ``inputdataconfig.json``,

@@ -2,8 +2,12 @@
 
 Everything here is what ``sagemaker-training-toolkit`` (TTK) and the PyTorch training toolkit derive from
 ``/opt/ml/input/config/*.json`` and the hyperparameters: the SM_* variables, the CLI arguments, the
-command that runs the entry point, and which launcher runs it (shared/reference/sagemaker-contracts.md
+command that runs the entry point, and which launcher runs it (docs/contracts.md
 §1.4-1.6). Pure functions over dicts, so tests check the contract without running anything.
+
+Upstream versions followed (docs/contracts.md §0): ``aws/sagemaker-training-toolkit`` at ``3383937``
+(5.1.1.dev0; the oracle test runs the released ``sagemaker-training`` 5.1.x against this module's output) and
+``aws/sagemaker-pytorch-training-toolkit`` at ``d929872``.
 """
 
 from __future__ import annotations

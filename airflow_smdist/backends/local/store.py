@@ -37,9 +37,24 @@ def default_root() -> Path:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``path`` whole or not at all, readable by its owner only (0600: requests and hyperparameters
+    may carry secrets)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data, indent=1, sort_keys=True, default=str))
     os.replace(tmp, path)
+
+
+def private_dir(path: Path, *, chmod: bool = False) -> Path:
+    """Create ``path`` and its missing parents as directories only their owner can enter (0700); with
+    ``chmod``, make an existing ``path`` private too (a directory of ours, never a user's)."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir(mode=0o700, exist_ok=True)
+    if chmod:
+        os.chmod(path, 0o700)
+    return path
 
 
 def read_json(path: Path, default: Any = None) -> Any:
@@ -68,7 +83,7 @@ def pid_alive(pid: int | None) -> bool:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -89,10 +104,11 @@ class JobStore:
         return self.root / kind / name
 
     def create(self, kind: str, name: str) -> Path:
-        """Make the job's directory; False-free: raises FileExistsError if the name is taken."""
+        """Make the job's directory, private to this user (0700, in a 0700 kind directory); raises
+        FileExistsError if the name is taken."""
         d = self.job_dir(kind, name)
-        d.parent.mkdir(parents=True, exist_ok=True)
-        d.mkdir()  # atomic: two submitters of one name cannot both win
+        private_dir(d.parent, chmod=True)
+        d.mkdir(mode=0o700)  # atomic: two submitters of one name cannot both win
         return d
 
     def exists(self, kind: str, name: str) -> bool:
@@ -139,7 +155,7 @@ class JobStore:
                 key = f"{a}.{b}"
                 if key not in table:
                     table[key] = job_key
-                    self.root.mkdir(parents=True, exist_ok=True)
+                    private_dir(self.root)
                     write_json_atomic(path, table)
                     return a, b
         raise RuntimeError("no free loopback block: more than 65,000 local jobs are running")

@@ -26,10 +26,10 @@ import time
 import traceback
 from pathlib import Path
 
-from airflow_smdist.backends.base import BackendError
+from airflow_smdist.backends.base import ModelNotFound, ResourceExists
 from airflow_smdist.backends.local import ACCOUNT, contract, dt, launcher
 from airflow_smdist.backends.local import inference
-from airflow_smdist.backends.local.store import read_json, write_json_atomic
+from airflow_smdist.backends.local.store import private_dir, read_json, write_json_atomic
 from airflow_smdist.backends.local.supervisor import JobSupervisor, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.sharding import output_uri
@@ -86,13 +86,13 @@ def create_model(backend, request: dict) -> str:
     check_model(request)
     name = request["ModelName"]
     path = _model_path(backend.store.root, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent, chmod=True)
     arn = model_arn(backend, name)
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)  # its Environment may hold secrets
     except FileExistsError:
-        raise BackendError(f'Cannot create already existing model "{arn}".', code="ValidationException",
-                           operation="CreateModel") from None
+        raise ResourceExists(f'Cannot create already existing model "{arn}".', code="ValidationException",
+                             operation="CreateModel") from None
     with os.fdopen(fd, "w") as f:
         json.dump({"request": request, "created": time.time(), "arn": arn}, f, indent=1, sort_keys=True)
     return arn
@@ -102,12 +102,12 @@ def _stored_model(root: Path, backend_region: str, name: str, operation: str) ->
     record = read_json(_model_path(root, name))
     if record is None:
         arn = f"arn:aws:sagemaker:{backend_region}:{ACCOUNT}:model/{name.lower()}"
-        raise BackendError(f'Could not find model "{arn}".', code="ValidationException", operation=operation)
+        raise ModelNotFound(f'Could not find model "{arn}".', operation=operation)
     return record
 
 
 def describe_model(backend, name: str) -> dict:
-    """DescribeModel's response for a local model. Raises BackendError (ValidationException) if missing."""
+    """DescribeModel's response for a local model. Raises ModelNotFound if missing."""
     record = _stored_model(backend.store.root, backend.region, name, "DescribeModel")
     req = record["request"]
     d = {"ModelName": req["ModelName"], "ModelArn": record["arn"], "CreationTime": dt(record["created"]),
