@@ -312,6 +312,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                            entry_point=self.entry_point, source_dir=self.source_dir,
                            code_location=sharding.work_uri(self.output_uri, "code"), program=self.program,
                            environment=self.model_environment, region=self.hook.region_name,
+                           tags=self.tags,  # the SDK tags the model it creates for the transform job too
                            allow_local_uris=backend.name == "local")
         if existing is None:
             if plan.source_dir:
