@@ -23,19 +23,26 @@ with a job, written once.
 :class:`AsyncJobLifecycle` is the triggers' half: log streaming with a JSON cursor, the status line, and
 the event that ends the wait (modelled on the Kubernetes provider's ``PodManager``/``AsyncPodManager``).
 
-On clear. A task instance that is cleared (or retried) runs with the same job name base, so it meets the
-jobs of its earlier tries: one still running is reattached (no second job), one completed is not run
-again (its result is returned; clear with a new ``job_name`` to train again), and after a failed or
-stopped one the next attempt name is used. :meth:`JobLifecycle.accept_reattach` is the one place that
-decides whether an existing job may be taken over (e.g. by its owner tags).
+Ownership. Every job created carries the tags ``smdist:task-instance`` (dag/task/run/map index of the task
+instance that made it) and ``smdist:try``. :meth:`JobLifecycle.accept_reattach` is the one place that
+decides whether an existing job may be taken over: a job of the chosen name that another task instance
+made (or that has no such tag) is refused with :class:`ForeignJob`, never reattached, returned or stopped.
+
+On retry and on clear. A retried task instance runs with the same job name base, so it meets the jobs of
+its earlier tries: one still running is reattached (no second job), one completed is returned (not run
+again), and after a failed or stopped one the next attempt name is used. A task instance the user
+*cleared* runs its job again (``rerun_on_clear=True``, the default: a completed job made before the clear
+is passed over for the next attempt name); ``rerun_on_clear=False`` returns that job's result instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import random
+import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -61,6 +68,42 @@ LAST_LINES = 20
 STOP_TIMEOUT_SECONDS = 180.0
 
 Action = Literal["create", "reattach-running", "reattach-completed"]
+#: the tags every job carries: which task instance made it, and in which try
+OWNER_TAG = "smdist:task-instance"
+TRY_TAG = "smdist:try"
+_TAG_VALUE = re.compile(r"[^\w\s.:/=+\-@]")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The task instance a job belongs to (its SageMaker Tags; the local job's request carries them too).
+
+    ``first_try`` is the first try of the current series: Airflow raises ``max_tries`` when a task instance
+    is cleared, so ``max_tries - retries + 1`` is the try the last clear started (as its task runner
+    computes it); a completed job made before it belongs to a run the user cleared."""
+
+    identity: str
+    try_number: int = 1
+    first_try: int = 1
+
+    @classmethod
+    def of(cls, context: Any, retries: int = 0) -> Owner:
+        ti = context["ti"]
+        full = f"{ti.dag_id}/{ti.task_id}/{context.get('run_id') or getattr(ti, 'run_id', '')}/{getattr(ti, 'map_index', -1)}"
+        identity = _TAG_VALUE.sub("_", full)
+        if len(identity) > 256:  # SageMaker's tag value limit: keep it readable and unique
+            identity = identity[:200] + "#" + hashlib.sha1(full.encode()).hexdigest()[:16]
+        try_number = int(getattr(ti, "try_number", None) or 1)
+        max_tries = getattr(ti, "max_tries", None)
+        first = int(max_tries) - int(retries or 0) + 1 if isinstance(max_tries, int) and max_tries >= 0 else 1
+        return cls(identity, try_number, max(1, min(first, try_number)))
+
+    def tags(self) -> list[dict[str, str]]:
+        return [{"Key": OWNER_TAG, "Value": self.identity}, {"Key": TRY_TAG, "Value": str(self.try_number)}]
+
+
+class ForeignJob(AirflowException):
+    """A job of the chosen name exists but belongs to another task instance (or to no task of this provider)."""
 
 
 # -- throttling: the one backoff ---------------------------------------------------------------------------
@@ -158,8 +201,14 @@ class JobLifecycle:
 
     def __init__(self, backend: Backend, kind: str, *, log: logging.Logger | logging.LoggerAdapter[Any] | None = None,
                  poll_interval: float = 10.0, print_logs: bool = True,
-                 stop_timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+                 stop_timeout: float = STOP_TIMEOUT_SECONDS, owner: Owner | None = None,
+                 rerun_on_clear: bool = True) -> None:
         self.backend = backend
+        #: the task instance whose jobs these are: its tags go on every job created, and a job of the
+        #: chosen name that carries another's (or none) is refused, never adopted
+        self.owner = owner
+        #: a cleared task instance runs its job again (True) or returns the completed job's result (False)
+        self.rerun_on_clear = rerun_on_clear
         self.info = kind_info(kind)
         self.log = log or logging.getLogger(__name__)
         self.poll_interval = float(poll_interval)
@@ -198,9 +247,29 @@ class JobLifecycle:
         self.backend.wait_for_change(self.info.name, names, seconds)
 
     # -- name, submit or reattach ----------------------------------------------------------------------------
+    def job_tags(self, name: str) -> dict[str, str]:
+        tags = call_with_backoff(lambda: self.backend.list_tags(self.info.name, name),  # type: ignore[attr-defined]
+                                 counter=self.calls, what="tags")
+        return {t["Key"]: t["Value"] for t in tags}
+
     def accept_reattach(self, name: str, description: dict[str, Any]) -> None:
-        """Called before an existing job is taken over (running or completed). The place for checks that
-        the job belongs to this task instance: raise to refuse."""
+        """Called before an existing job is taken over (running or completed): refuse, with
+        :class:`ForeignJob`, a job that another task instance made (its owner tag differs or is missing)."""
+        if self.owner is None:
+            return
+        owner = self.job_tags(name).get(OWNER_TAG)
+        if owner != self.owner.identity:
+            whose = f"task instance {owner}" if owner else "no task of this provider (it has no smdist owner tag)"
+            raise ForeignJob(f"{self.info.label} {name} already exists and belongs to {whose}, not to this task "
+                             f"instance ({self.owner.identity}): not attaching to it, nor stopping it. Give this "
+                             "task another job_name (or leave job_name unset for a name of its own).")
+
+    def cleared_since(self, name: str) -> bool:
+        """Whether the completed job ``name`` was made before the task instance was last cleared."""
+        if self.owner is None or not self.rerun_on_clear:
+            return False
+        made_in = self.job_tags(name).get(TRY_TAG)
+        return made_in is not None and made_in.isdigit() and int(made_in) < self.owner.first_try
 
     def choose(self, base: str) -> Started:
         """Reattach to a running or completed job of this task instance, or pick the first free attempt
@@ -214,6 +283,10 @@ class JobLifecycle:
             status = self.status(description)
             if status in RUNNING_STATES or status == "Completed":
                 self.accept_reattach(name, description)
+                if status == "Completed" and self.cleared_since(name):
+                    self.log.info("Job %s completed before this task instance was cleared; running it again under "
+                                  "the next attempt name (rerun_on_clear=False returns its result instead).", name)
+                    continue
                 return Started(name, "reattach-running" if status in RUNNING_STATES else "reattach-completed")
             self.log.info("Job %s of an earlier try ended %s; the next attempt gets a new name.", name, status)
         raise AirflowException(f"{MAX_ATTEMPT_NAMES} attempts of job {base} ended without success; "
@@ -222,6 +295,10 @@ class JobLifecycle:
     def submit(self, request: dict[str, Any]) -> str:
         """Create the job (no retry: a second Create of a name that went through would fail as a duplicate)."""
         _count(self.calls, "create")
+        if self.owner is not None:
+            own = {t["Key"] for t in self.owner.tags()}
+            request = {**request, "Tags": [t for t in request.get("Tags") or [] if t.get("Key") not in own]
+                       + self.owner.tags()}
         name = self.backend.submit(self.info.name, request)
         self.track(name)
         return name
@@ -275,6 +352,11 @@ class JobLifecycle:
                                       counter=self.calls, what="logs")
         self.last_lines.clear()
         self.last_lines.extend(e.format() for e in events)
+
+    def report(self, name: str, description: dict[str, Any]) -> None:
+        """Log the job's metrics summary line and its secondary status, each when it changed (both wait paths:
+        the blocking one every poll, the deferred one once, in execute_complete)."""
+        self._report(name, description)
 
     def _report(self, name: str, description: dict[str, Any]) -> None:
         metrics = {m["MetricName"]: m["Value"] for m in description.get("FinalMetricDataList") or []}

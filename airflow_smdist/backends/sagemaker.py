@@ -185,6 +185,18 @@ class SageMakerBackend:
         response.pop("ResponseMetadata", None)
         return response
 
+    def list_tags(self, kind: str, name: str) -> list[dict[str, str]]:
+        """ListTags of the job (DescribeXJob does not return them): every page."""
+        arn = self.describe(kind, name)[kind_info(kind).arn_key]
+        tags: list[dict[str, str]] = []
+        kwargs: dict[str, Any] = {"ResourceArn": arn, "MaxResults": 100}
+        while True:
+            page = self._call("ListTags", **kwargs)
+            tags += page.get("Tags", [])
+            if not page.get("NextToken"):
+                return tags
+            kwargs["NextToken"] = page["NextToken"]
+
     def stop(self, kind: str, name: str) -> None:
         """Stop*Job. A job already finished is left alone; a missing one raises JobNotFound."""
         info = kind_info(kind)

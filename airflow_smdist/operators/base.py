@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow_smdist._compat import BaseOperator, default_deferrable
 from airflow_smdist.backends.base import JobNotFound
 from airflow_smdist.kinds import kind_info
-from airflow_smdist.lifecycle import JobLifecycle
+from airflow_smdist.lifecycle import MAX_ATTEMPT_NAMES, JobLifecycle, Owner
 
 if TYPE_CHECKING:
     from airflow_smdist.backends.base import Backend
@@ -69,13 +70,20 @@ class SmdistJobOperator(BaseOperator):
     name_prefix: ClassVar[str] = "smdist"
     trigger_class: ClassVar[str] = "airflow_smdist.triggers.base.SmdistJobTrigger"
     ui_color = "#b6d7a8"
+    #: the API's limit on this kind's job names, and what the lifecycle appends to a base name ("-r30")
+    name_limit: ClassVar[int] = NAME_LIMIT
+    name_reserve: ClassVar[int] = len(f"-r{MAX_ATTEMPT_NAMES}")
 
     def __init__(self, *, job_name: str | None = None, backend: str | None = None,
                  smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
                  region_name: str | None = None, wait_for_completion: bool = True, poll_interval: float = 10,
                  print_logs: bool = True, stop_on_kill: bool = True, deferrable: bool | None = None,
-                 **kwargs: Any) -> None:
+                 rerun_on_clear: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        #: a task instance the user clears runs its job again (True), or returns the result of the job its
+        #: cleared run completed (False). Retries always reattach to (or return) their task's own job.
+        self.rerun_on_clear = rerun_on_clear
+        self._owner: Owner | None = None
         self.deferrable = default_deferrable() if deferrable is None else deferrable
         self.job_name = job_name
         self.backend = backend
@@ -127,8 +135,29 @@ class SmdistJobOperator(BaseOperator):
         """The lifecycle of this task's jobs (made on first use, for the operator's current kind)."""
         if self._lifecycle is None or self._lifecycle.kind != self.kind:
             self._lifecycle = JobLifecycle(self.get_backend(), self.kind, log=self.log,
-                                           poll_interval=self.poll_interval, print_logs=self.print_logs)
+                                           poll_interval=self.poll_interval, print_logs=self.print_logs,
+                                           owner=self._owner, rerun_on_clear=self.rerun_on_clear)
         return self._lifecycle
+
+    def own(self, context: Any) -> None:
+        """Before anything else: this task instance owns the jobs it makes (their tags) and may take over
+        only its own; a job_name too long for the attempt names it may need is refused now."""
+        self.check_job_name()
+        self._owner = Owner.of(context, getattr(self, "retries", 0) or 0)
+        if self._lifecycle is not None:
+            self._lifecycle.owner = self._owner
+
+    def check_job_name(self) -> None:
+        if not self.job_name:
+            return
+        name, room = str(self.job_name), self.name_limit - self.name_reserve
+        if len(name) > room:
+            from airflow_smdist.specs.errors import SpecError
+
+            raise SpecError("job_name", f"{name!r} has {len(name)} characters; a {self.kind} job name holds "
+                            f"{self.name_limit}, and retries and re-runs append up to {self.name_reserve} "
+                            "(e.g. '-r30'), so the task could never be retried.",
+                            f"use at most {room} characters.")
 
     @property
     def _running_job(self) -> str | None:
@@ -159,6 +188,7 @@ class SmdistJobOperator(BaseOperator):
 
     def start_job(self, context: Any, base: str) -> str:
         """Create the job of this task instance under ``base`` or reattach to it; its name."""
+        self.own(context)
         lifecycle = self.lifecycle
         backend_name = lifecycle.backend.name
 
@@ -181,23 +211,35 @@ class SmdistJobOperator(BaseOperator):
         ``method_name`` (this call then does not return)."""
         lifecycle = self.lifecycle
         if self.deferrable:
+            as_of = time.time()
             description = lifecycle.describe(name)
             if lifecycle.ended(description):  # done before we deferred
                 lifecycle.untrack(name)
                 return description
-            self.defer(trigger=self.make_trigger(lifecycle.backend, name), method_name=method_name, kwargs=kwargs,
-                       timeout=self.deferral_timeout(description))
+            self.defer(trigger=self.make_trigger(lifecycle.backend, name, description, as_of), method_name=method_name,
+                       kwargs=kwargs, timeout=self.deferral_timeout(description))
         return lifecycle.wait(name)
 
     # -- deferral ----------------------------------------------------------------------------------
-    def make_trigger(self, backend: Backend, name: str):
+    def make_trigger(self, backend: Backend, name: str, description: dict[str, Any] | None = None,
+                     as_of: float | None = None):
+        """The trigger to defer to. Given the job's ``description`` and when it was taken (``as_of``), the
+        trigger starts from that status and makes no Describe of its own. ``cursor_key`` is new for every
+        deferral: a trigger rebuilt from its kwargs (triggerer restart) resumes the persisted log cursor, a
+        later deferral (a retry) prints the job's log afresh into its own task log."""
         import importlib
+        import uuid
 
         module, _, cls = self.trigger_class.rpartition(".")
         trigger = getattr(importlib.import_module(module), cls)
+        created = (description or {}).get("CreationTime")
         return trigger(job_name=name, backend=backend.name, smdist_conn_id=self.smdist_conn_id,
                        aws_conn_id=self.aws_conn_id, region_name=self.region_name, poll_interval=self.poll_interval,
-                       print_logs=self.print_logs, kind=self.kind)
+                       print_logs=self.print_logs, kind=self.kind,
+                       job_status=kind_info(self.kind).status(description) if description else None,
+                       as_of=as_of if description else None,
+                       created=created.timestamp() if hasattr(created, "timestamp") else None,
+                       cursor_key=uuid.uuid4().hex)
 
     def deferral_timeout(self, description: dict[str, Any]) -> timedelta | None:
         """The job's own limits plus a margin (not a fixed count of polls); None when the task's
@@ -220,6 +262,7 @@ class SmdistJobOperator(BaseOperator):
             description = lifecycle.describe(name)
         except JobNotFound:
             raise lifecycle.gone(name, event.get("failure_reason")) from None
+        lifecycle.report(name, description)  # the metrics summary line the blocking wait logs
         if self.print_logs and lifecycle.status(description) != "Completed":
             lifecycle.fetch_last_lines(name)
         return description
@@ -232,6 +275,7 @@ class SmdistJobOperator(BaseOperator):
         """A deferred wait that timed out must not leave the job running (and billing): stop it first."""
         if next_method == "__fail__" and self.stop_on_kill:
             try:
+                self.own(context)
                 started = self.lifecycle.choose(self.base_job_name(context))
                 if started.action == "reattach-running":
                     self.lifecycle.track(started.name)

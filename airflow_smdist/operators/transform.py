@@ -198,6 +198,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         *RECORD_ARGS)
     template_fields_renderers = {"environment": "json", "model_environment": "json", "shard": "json"}
     operator_extra_links = (SageMakerBatchInferenceJobLink(),)
+    name_reserve = NAME_RESERVE
 
     def __init__(self, *, input_uri: str, output_uri: str, fan_out: str = "transform",
                  model_name: str | None = None, model_data: str | None = None, image_uri: str | None = None,
@@ -311,6 +312,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                            entry_point=self.entry_point, source_dir=self.source_dir,
                            code_location=sharding.work_uri(self.output_uri, "code"), program=self.program,
                            environment=self.model_environment, region=self.hook.region_name,
+                           tags=self.tags,  # the SDK tags the model it creates for the transform job too
                            allow_local_uris=backend.name == "local")
         if existing is None:
             if plan.source_dir:
@@ -394,6 +396,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         from airflow_smdist.specs import sharding
 
         self._check_arguments()
+        self.own(context)
         sharding.check_prefixes(self.input_uri, self.output_uri)
         _checked_settings(self.settings())
         backend = self.get_backend()

@@ -68,6 +68,7 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
     template_fields_renderers = {**SageMakerDistributedTrainingOperator.template_fields_renderers,
                                  "hyperparameter_ranges": "json"}
     operator_extra_links = (SageMakerTuningJobLink(),)
+    name_limit = TUNING_NAME_LIMIT
     ui_color = "#f9cb9c"
 
     def __init__(self, *, objective_metric_name: str, hyperparameter_ranges: dict[str, Any],

@@ -85,6 +85,7 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
 
             raise SpecError("max_links", f"{max_links!r}: a chain needs at least one link.",
                             "give max_links >= 1 (each link is one job of at most max_run seconds).")
+        self.name_reserve = len(f"-l{self.max_links}-r30")  # type: ignore[misc] - links and their attempts
         self.finished_marker = finished_marker
         self.finished_metric = finished_metric
 

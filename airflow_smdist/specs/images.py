@@ -24,8 +24,9 @@ from typing import Any
 
 from airflow_smdist.specs.errors import SpecError
 
-#: Deep Learning Container frameworks :func:`framework_image_uri` resolves.
-FRAMEWORKS = ("pytorch", "tensorflow", "huggingface")
+#: Frameworks :func:`framework_image_uri` resolves: the Deep Learning Containers, and the SageMaker
+#: scikit-learn and XGBoost framework containers (script mode, e.g. framework_version "1.2-1").
+FRAMEWORKS = ("pytorch", "tensorflow", "huggingface", "sklearn", "xgboost")
 
 #: ``retrieve``'s constants (sagemaker.core.image_uris / sagemaker.core.fw_utils) that decide its branches.
 _GRAVITON_FAMILIES = frozenset({"m6g", "m6gd", "c6g", "c6gd", "c6gn", "c7g", "r6g", "r6gd"})

@@ -1,28 +1,46 @@
 """Deferrable waiting that scales: many waiting jobs, few API calls.
 
 Every trigger of this provider that waits for a job registers with one :class:`CoalescedPoller` per
-(backend, job kind, poll interval) in the triggerer's event loop. Each interval the poller makes one
-paged ``List*Jobs(LastModifiedTimeAfter=...)`` call for all the jobs it watches, and a ``Describe*`` only
-for a job that is new to it or whose status changed, instead of one Describe per job per poll.
+(backend, job kind, poll interval) in the triggerer's event loop. Each interval the poller makes one paged
+``List*Jobs(LastModifiedTimeAfter=...)`` call for all the jobs it watches and hands each job whose summary
+changed (status, secondary status) to its trigger. A trigger starts from the status its operator saw just
+before deferring (``job_status``, ``as_of``), so first sight costs nothing either: the List call asks for
+changes since the oldest ``as_of``. The only Describe of a job's wait is the one in ``execute_complete``.
 Throttling errors back off with jitter and never fail a task (:func:`airflow_smdist.lifecycle.acall_with_backoff`,
-the same backoff the operators' and sensors' waits use). The local backend's jobs are watched the
-same way (its list reads the jobs' state files).
+the same backoff the operators' and sensors' waits use). The local backend's jobs are watched the same
+way (its list reads the jobs' state files).
 
-Clients are async: the Amazon provider's ``SageMakerHook.get_async_conn()`` (aiobotocore). Log lines
-(``print_logs``) go to the trigger's log, which Airflow shows in the task's log while it is deferred.
+Log lines (``print_logs``) are coalesced too: one :class:`CoalescedLogPoller` per (backend, kind, interval)
+reads the new lines of every watched job in one round per interval. On SageMaker that is one paged
+CloudWatch ``FilterLogEvents`` call per log group, narrowed with ``logStreamNamePrefix`` to the watched jobs'
+common name prefix and routed to each job by stream name. (A departure from batching 100
+``logStreamNames`` per call: a host's stream name carries its start epoch, which only a DescribeLogStreams
+per job would tell.) Events are read from ``LOG_LAG_SECONDS`` before the newest one seen, to catch lines
+CloudWatch ingests late, and de-duplicated by event id. Each trigger keeps its cursor in a small file (next
+to a local job; under the local root for SageMaker jobs) written after the lines were logged, so a trigger
+rebuilt after a triggerer restart resumes where the last one stopped: no line twice, none lost.
+
+Clients are async: the Amazon provider's ``SageMakerHook``/``AwsLogsHook`` ``get_async_conn()``
+(aiobotocore). Log lines go to the trigger's log, which Airflow shows in the task's log while it is deferred.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
 import random
+import re
 import time
-from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_smdist.backends.base import JobNotFound, LogEvent
 from airflow_smdist.kinds import kind_info
 from airflow_smdist.lifecycle import THROTTLING_CODES, AsyncJobLifecycle, is_throttling
 from airflow_smdist.lifecycle import acall_with_backoff as with_backoff
@@ -31,44 +49,82 @@ __all__ = ["THROTTLING_CODES", "is_throttling", "with_backoff"]  # the backoff l
 
 #: how far before the previous poll a List call looks, to cover clock skew between us and the service
 LIST_OVERLAP_SECONDS = 60.0
+#: CloudWatch may make a line visible after later ones: each read starts this long before the newest seen
+LOG_LAG_SECONDS = 30.0
+#: a tuning job's trials are training jobs "<tuning job>-<3 digits>-<8 hex>" logging to the training group
+_TRIAL_STREAM = re.compile(r"^(?P<trial>(?P<tuning>.+)-\d{3}-[0-9a-f]{8})/")
+
+
+def _epoch(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.timestamp()
+
+
+def common_prefix(names: list[str]) -> str:
+    if not names:
+        return ""
+    lo, hi = min(names), max(names)
+    i = 0
+    while i < min(len(lo), len(hi)) and lo[i] == hi[i]:
+        i += 1
+    return lo[:i]
 
 
 class SageMakerStatusSource:
-    """Job statuses from the SageMaker API through an aiobotocore client."""
+    """Job statuses and log lines from the SageMaker and CloudWatch Logs APIs through aiobotocore clients."""
 
     def __init__(self, aws_conn_id: str | None, region_name: str | None) -> None:
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
         self.calls: dict[str, int] = {}
-        self._client = None
-        self._client_cm = None
+        self._clients: dict[str, Any] = {}
+        self._cms: dict[str, Any] = {}
+        self._users = 0
 
-    async def _conn(self):
-        if self._client is None:
-            from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
+    async def _conn(self, service: str = "sagemaker"):
+        if service not in self._clients:
+            if service == "sagemaker":
+                from airflow.providers.amazon.aws.hooks.sagemaker import (
+                    SageMakerHook as Hook,
+                )
+            else:
+                from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook as Hook
 
-            hook = SageMakerHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
-            self._client_cm = await hook.get_async_conn()
-            self._client = await self._client_cm.__aenter__()
-        return self._client
+            cm = await Hook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).get_async_conn()
+            self._clients[service] = await cm.__aenter__()
+            self._cms[service] = cm
+        return self._clients[service]
+
+    def acquire(self) -> None:
+        self._users += 1
 
     async def close(self) -> None:
-        if self._client_cm is not None:
-            await self._client_cm.__aexit__(None, None, None)
-            self._client = self._client_cm = None
+        """Called by each poller sharing this source when it stops; the last one closes the clients."""
+        self._users = max(0, self._users - 1)
+        if self._users:
+            return
+        cms, self._cms, self._clients = self._cms, {}, {}
+        for cm in cms.values():
+            await cm.__aexit__(None, None, None)
 
-    async def changed_since(self, kind: str, since: float | None) -> dict[str, str]:
+    async def changed_since(self, kind: str, since: float | None) -> dict[str, dict]:
+        """Summaries (List*Jobs) of the jobs of ``kind`` modified after ``since``, by name."""
         client = await self._conn()
         kwargs: dict[str, Any] = {"MaxResults": 100}
         if since is not None:
-            kwargs["LastModifiedTimeAfter"] = datetime.fromtimestamp(since, tz=timezone.utc)
-        out: dict[str, str] = {}
+            kwargs["LastModifiedTimeAfter"] = datetime.fromtimestamp(since, tz=UTC)
+        out: dict[str, dict] = {}
         info = kind_info(kind)
         while True:
             page = await with_backoff(lambda: getattr(client, info.method("list"))(**kwargs), counter=self.calls,
                                       what="list")
             for summary in page.get(info.summaries_key, []):
-                out[summary[info.name_key]] = summary[info.status_key]
+                out[summary[info.name_key]] = summary
             token = page.get("NextToken")
             if not token or token == kwargs.get("NextToken"):
                 return out
@@ -89,45 +145,135 @@ class SageMakerStatusSource:
         d.pop("ResponseMetadata", None)
         return d
 
+    async def read_logs(self, kind: str, cursors: dict[str, Any]) -> dict[str, tuple[list[LogEvent], Any]]:
+        """New lines of every job in ``cursors`` with one paged FilterLogEvents call for all of them."""
+        from airflow_smdist.backends.sagemaker import host_of_stream
+
+        state = {name: _LogCursor.load(c) for name, c in cursors.items()}
+        start = min(c.start_ms() for c in state.values())
+        kwargs: dict[str, Any] = {"logGroupName": kind_info(kind).log_group, "startTime": start}
+        prefix = common_prefix(list(cursors))
+        if prefix:
+            kwargs["logStreamNamePrefix"] = prefix
+        client = await self._conn("logs")
+        found: dict[str, list[tuple[int, int, LogEvent, str]]] = {name: [] for name in cursors}
+        order = 0
+        while True:
+            try:
+                page = await with_backoff(lambda: client.filter_log_events(**kwargs), counter=self.calls, what="logs")
+            except Exception as exc:
+                if (getattr(exc, "response", None) or {}).get("Error", {}).get("Code") == "ResourceNotFoundException":
+                    break  # the log group does not exist (yet)
+                raise
+            for e in page.get("events", []):
+                stream = e["logStreamName"]
+                owner, host = stream.split("/", 1)[0], None
+                if kind == "tuning":
+                    m = _TRIAL_STREAM.match(stream)
+                    if m:
+                        owner, trial = m["tuning"], m["trial"]
+                        host = f"{trial[len(owner) + 1:]}/{host_of_stream(trial, stream)}"
+                if owner not in found:
+                    continue
+                host = host or host_of_stream(owner, stream)
+                order += 1
+                found[owner].append((e["timestamp"], order, LogEvent(e["timestamp"] / 1000.0, host, e["message"]),
+                                     e.get("eventId") or f"{stream}@{e['timestamp']}@{order}"))
+            token = page.get("nextToken")
+            if not token or token == kwargs.get("nextToken"):
+                break
+            kwargs["nextToken"] = token
+        return {name: state[name].take(found[name]) for name in cursors}
+
+
+class _LogCursor:
+    """Where a job's CloudWatch lines were read up to: the newest timestamp seen (ms) and the ids of the events
+    within ``LOG_LAG_SECONDS`` of it (re-read next time, skipped as duplicates)."""
+
+    def __init__(self, t: int, seen: list) -> None:
+        self.t = int(t)
+        self.seen = {str(i): int(ts) for ts, i in seen}
+
+    @classmethod
+    def load(cls, cursor: Any) -> _LogCursor:
+        if isinstance(cursor, dict) and "t" in cursor:
+            return cls(cursor["t"], cursor.get("seen", []))
+        return cls(0, [])
+
+    def start_ms(self) -> int:
+        return max(0, self.t - int(LOG_LAG_SECONDS * 1000))
+
+    def take(self, events: list[tuple[int, int, LogEvent, str]]) -> tuple[list[LogEvent], dict]:
+        new = [e for e in sorted(events) if e[0] >= self.start_ms() and e[3] not in self.seen]
+        for ts, _o, _e, event_id in new:
+            self.seen[event_id] = ts
+            self.t = max(self.t, ts)
+        horizon = self.start_ms()
+        self.seen = {i: ts for i, ts in self.seen.items() if ts >= horizon}
+        return [e[2] for e in new], {"t": self.t, "seen": sorted([ts, i] for i, ts in self.seen.items())}
+
 
 class LocalStatusSource:
-    """Job statuses of the local backend (state files read in a worker thread)."""
+    """Job statuses and log lines of the local backend (state and log files read in a worker thread)."""
 
     def __init__(self, backend) -> None:
         self.backend = backend
         self.calls: dict[str, int] = {}
 
-    async def changed_since(self, kind: str, since: float | None) -> dict[str, str]:
+    def acquire(self) -> None:
+        return None
+
+    async def changed_since(self, kind: str, since: float | None) -> dict[str, dict]:
         self.calls["list"] = self.calls.get("list", 0) + 1
         jobs = await asyncio.to_thread(self.backend.list_jobs, kind)
-        info = kind_info(kind)
-        return {j[info.name_key]: j[info.status_key] for j in jobs
+        name_key = kind_info(kind).name_key
+        return {j[name_key]: j for j in jobs
                 if since is None or (j["LastModifiedTime"] and j["LastModifiedTime"].timestamp() >= since)}
 
     async def describe(self, kind: str, name: str) -> dict[str, Any]:
         self.calls["describe"] = self.calls.get("describe", 0) + 1
         return await asyncio.to_thread(self.backend.describe, kind, name)
 
+    async def read_logs(self, kind: str, cursors: dict[str, Any]) -> dict[str, tuple[list[LogEvent], Any]]:
+        self.calls["logs"] = self.calls.get("logs", 0) + 1
+
+        def read():
+            out = {}
+            for name, cursor in cursors.items():
+                try:
+                    out[name] = self.backend.log_events(kind, name, cursor)
+                except JobNotFound:
+                    out[name] = ([], cursor)
+            return out
+
+        return await asyncio.to_thread(read)
+
     async def close(self) -> None:
         return None
 
 
 class CoalescedPoller:
-    """Watches many jobs of one kind with one List call per interval (plus a Describe per change)."""
+    """Watches many jobs of one kind with one List call per interval; a Describe only for a job whose
+    trigger did not say what status it started from."""
 
     def __init__(self, source, kind: str, interval: float) -> None:
         self.source = source
         self.kind = kind
         self.interval = interval
         self.watchers: dict[str, list[asyncio.Queue]] = {}
-        self.known: dict[str, str] = {}
+        self.known: dict[str, tuple] = {}
+        self.as_of: dict[str, float] = {}
         self.task: asyncio.Task | None = None
-        self.last_poll: float | None = None
 
-    def watch(self, name: str) -> asyncio.Queue:
+    def watch(self, name: str, status: str | None = None, as_of: float | None = None) -> asyncio.Queue:
+        """Watch job ``name``; ``status`` as seen at time ``as_of`` (epoch), if known, saves its first Describe."""
         queue: asyncio.Queue = asyncio.Queue()
         self.watchers.setdefault(name, []).append(queue)
+        if status is not None and as_of is not None and name not in self.known:
+            self.known[name] = (status, None)
+            self.as_of[name] = as_of
         if self.task is None or self.task.done():
+            self.source.acquire()
             self.task = asyncio.get_running_loop().create_task(self._run())
         return queue
 
@@ -138,29 +284,43 @@ class CoalescedPoller:
         if not queues:
             self.watchers.pop(name, None)
             self.known.pop(name, None)
+            self.as_of.pop(name, None)
 
-    async def _publish(self, name: str) -> None:
+    def _send(self, name: str, item: Any) -> None:
+        for q in self.watchers.get(name, []):
+            q.put_nowait(item)
+
+    async def _describe(self, name: str) -> None:
         try:
             description = await self.source.describe(self.kind, name)
         except Exception as exc:  # noqa: BLE001 - the waiting trigger decides what an error means
-            for q in self.watchers.get(name, []):
-                q.put_nowait(exc)
+            self._send(name, exc)
             return
-        self.known[name] = kind_info(self.kind).status(description)
-        for q in self.watchers.get(name, []):
-            q.put_nowait(description)
+        self.known[name] = (kind_info(self.kind).status(description), description.get("SecondaryStatus"))
+        self.as_of[name] = time.time()
+        self._send(name, description)
 
     async def poll_once(self) -> None:
         started = time.time()
-        new = [n for n in list(self.watchers) if n not in self.known]
-        for name in new:  # a job seen for the first time is described once
-            await self._publish(name)
-        if self.last_poll is not None and any(n not in new for n in self.watchers):
-            changed = await self.source.changed_since(self.kind, self.last_poll - LIST_OVERLAP_SECONDS)
-            for name, status in changed.items():
-                if name in self.watchers and name not in new and status != self.known.get(name):
-                    await self._publish(name)
-        self.last_poll = started
+        for name in [n for n in list(self.watchers) if n not in self.known]:  # no status from the trigger
+            await self._describe(name)
+        pending = [self.as_of[n] for n in self.watchers if n in self.as_of and n in self.known]
+        if not pending:
+            return
+        since = min(pending)
+        changed = await self.source.changed_since(self.kind, since - LIST_OVERLAP_SECONDS)
+        status_key = kind_info(self.kind).status_key
+        for name, summary in changed.items():
+            if name not in self.watchers:
+                continue
+            seen = (summary[status_key], summary.get("SecondaryStatus"))
+            old = self.known.get(name)
+            if old is None or seen[0] != old[0] or (seen[1] is not None and seen[1] != old[1]):
+                self.known[name] = seen
+                self._send(name, summary)
+        for name in self.watchers:
+            if name in self.as_of:
+                self.as_of[name] = max(self.as_of[name], started)
 
     async def _run(self) -> None:
         try:
@@ -173,32 +333,136 @@ class CoalescedPoller:
                             q.put_nowait(exc)
                 await asyncio.sleep(self.interval * random.uniform(0.9, 1.1))
         finally:
-            if not self.watchers:
-                await self.source.close()
+            self.task = None  # a watch() from here on starts a new task
+            await self.source.close()
 
 
-_POLLERS: dict[tuple, CoalescedPoller] = {}
+class CoalescedLogPoller:
+    """Reads the new log lines of every watched job of one kind in one round per interval (one paged
+    FilterLogEvents call on SageMaker). ``flush(name)`` asks for a round now and waits for it: a trigger
+    whose job ended prints the job's last lines before it yields."""
+
+    def __init__(self, source, kind: str, interval: float) -> None:
+        self.source = source
+        self.kind = kind
+        self.interval = interval
+        self.watchers: dict[str, dict[str, Any]] = {}
+        self.task: asyncio.Task | None = None
+        self.wake = asyncio.Event()
+        self.round_done: asyncio.Future | None = None
+
+    def watch(self, name: str, cursor: Any, sink: Callable[[list[LogEvent], Any], None]) -> None:
+        self.watchers[name] = {"cursor": cursor, "sink": sink}
+        if self.task is None or self.task.done():
+            self.source.acquire()
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def unwatch(self, name: str) -> None:
+        self.watchers.pop(name, None)
+        if not self.watchers:
+            self.wake.set()
+
+    async def flush(self, name: str) -> None:
+        """Wait until a round that started after this call has read ``name``'s lines."""
+        if name not in self.watchers:
+            return
+        if self.round_done is None or self.round_done.done():
+            self.round_done = asyncio.get_running_loop().create_future()
+        waiter = self.round_done
+        self.wake.set()
+        await asyncio.shield(waiter)
+
+    async def round(self) -> None:
+        watchers = dict(self.watchers)
+        if not watchers:
+            return
+        results = await self.source.read_logs(self.kind, {n: w["cursor"] for n, w in watchers.items()})
+        for name, (events, cursor) in results.items():
+            w = self.watchers.get(name)
+            if w is None:
+                continue
+            w["cursor"] = cursor
+            try:
+                w["sink"](events, cursor)
+            except Exception:  # noqa: BLE001,S110 - one trigger's logging must not stop the others' lines
+                pass
+
+    async def _run(self) -> None:
+        try:
+            while self.watchers:
+                done, self.round_done = self.round_done, None
+                try:
+                    await self.round()
+                except Exception:  # noqa: BLE001,S110 - logs are best effort; the status decides
+                    pass
+                if done is not None and not done.done():
+                    done.set_result(None)
+                self.wake.clear()
+                if self.round_done is not None:  # a flush came in during the round: go again now
+                    continue
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), self.interval * random.uniform(0.9, 1.1))
+        finally:
+            self.task = None
+            if self.round_done is not None and not self.round_done.done():
+                self.round_done.set_result(None)
+            await self.source.close()
 
 
-def poller_for(key: tuple, kind: str, interval: float, make_source) -> CoalescedPoller:
-    """The one poller of this event loop for (backend key, kind, interval)."""
-    loop_key = (id(asyncio.get_running_loop()), *key, kind, float(interval))
+_POLLERS: dict[tuple, Any] = {}
+_SOURCES: dict[tuple, Any] = {}
+
+
+def _shared(key: tuple, cls, kind: str, interval: float, make_source):
+    loop_id = id(asyncio.get_running_loop())
+    source_key = (loop_id, *key)
+    source = _SOURCES.get(source_key)
+    if source is None:
+        source = _SOURCES[source_key] = make_source()
+    loop_key = (loop_id, cls.__name__, *key, kind, float(interval))
     poller = _POLLERS.get(loop_key)
-    if poller is None or (poller.task is not None and poller.task.done() and not poller.watchers):
-        poller = _POLLERS[loop_key] = CoalescedPoller(make_source(), kind, interval)
+    if poller is None:
+        poller = _POLLERS[loop_key] = cls(source, kind, interval)
     return poller
 
 
+def poller_for(key: tuple, kind: str, interval: float, make_source) -> CoalescedPoller:
+    """The one status poller of this event loop for (backend key, kind, interval)."""
+    return _shared(key, CoalescedPoller, kind, interval, make_source)
+
+
+def log_poller_for(key: tuple, kind: str, interval: float, make_source) -> CoalescedLogPoller:
+    """The one log poller of this event loop for (backend key, kind, interval)."""
+    return _shared(key, CoalescedLogPoller, kind, interval, make_source)
+
+
+def cursor_path(backend, kind: str, name: str) -> Path:
+    """Where a trigger keeps a job's log cursor: next to a local job; under the local root for SageMaker."""
+    if backend.name == "local":
+        return backend.job_dir(kind, name) / "trigger-log-cursor.json"
+    from airflow_smdist.backends.local.store import default_root
+
+    region = backend.region_name or os.environ.get("AWS_DEFAULT_REGION") or "default"
+    return default_root() / "trigger-log-cursors" / "sagemaker" / region / kind / f"{name}.json"
+
+
 class SmdistJobTrigger(BaseTrigger):
-    """Waits for one job of any kind through the coalesced poller; yields one event at the end:
-    ``{"status": "success"|"failed"|"stopped", "job_name", "job_status", "failure_reason"}``."""
+    """Waits for one job of any kind through the coalesced pollers; yields one event at the end:
+    ``{"status": "success"|"failed"|"stopped", "job_name", "job_status", "failure_reason"}``.
+
+    ``job_status`` / ``as_of`` / ``created``: the job's status, when it was seen, and its creation time (epoch),
+    from the operator's Describe before deferring. ``cursor_key`` identifies this deferral: the persisted log
+    cursor is resumed only by a trigger rebuilt from the same kwargs (a triggerer restart), so a later try
+    prints the job's log afresh into its own task log. With ``secret_hyperparameters`` the trigger describes
+    the job once, to mask their values before it writes any log line."""
 
     kind = "training"
 
     def __init__(self, *, job_name: str, backend: str = "local", smdist_conn_id: str | None = "smdist_default",
                  aws_conn_id: str | None = None, region_name: str | None = None, poll_interval: float = 30,
                  print_logs: bool = True, log_cursor: Any = None, kind: str | None = None,
-                 secret_hyperparameters: list[str] | None = None) -> None:
+                 secret_hyperparameters: list[str] | None = None, job_status: str | None = None,
+                 as_of: float | None = None, created: float | None = None, cursor_key: str | None = None) -> None:
         super().__init__()
         #: names only (never values): the trigger masks their values from the job's description
         self.secret_hyperparameters = list(secret_hyperparameters or [])
@@ -211,28 +475,42 @@ class SmdistJobTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.print_logs = print_logs
         self.log_cursor = log_cursor
+        self.job_status = job_status
+        self.as_of = as_of
+        self.created = created
+        self.cursor_key = cursor_key
+        self._resolved = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "job_name": self.job_name, "backend": self.backend, "smdist_conn_id": self.smdist_conn_id,
             "aws_conn_id": self.aws_conn_id, "region_name": self.region_name, "poll_interval": self.poll_interval,
             "print_logs": self.print_logs, "log_cursor": self.log_cursor, "kind": self.kind,
-            "secret_hyperparameters": self.secret_hyperparameters})
+            "secret_hyperparameters": self.secret_hyperparameters, "job_status": self.job_status,
+            "as_of": self.as_of, "created": self.created, "cursor_key": self.cursor_key})
 
-    def _backend(self):
-        from airflow_smdist.hooks.smdist import SmdistHook
+    async def _backend(self):
+        """The backend, resolved once per trigger (one connection lookup, in a thread: it may block)."""
+        if self._resolved is None:
+            from airflow_smdist.hooks.smdist import SmdistHook
 
-        return SmdistHook(self.smdist_conn_id, aws_conn_id=self.aws_conn_id,
-                          region_name=self.region_name).get_backend(self.backend)
+            hook = SmdistHook(self.smdist_conn_id, aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+            self._resolved = await asyncio.to_thread(hook.get_backend, self.backend)
+        return self._resolved
 
-    def _poller(self) -> CoalescedPoller:
-        backend = self._backend()
+    def _pollers(self, backend) -> tuple[CoalescedPoller, CoalescedLogPoller]:
         if backend.name == "sagemaker":
             key = ("sagemaker", backend.aws_conn_id, backend.region_name)
-            return poller_for(key, self.kind, self.poll_interval,
-                              lambda: SageMakerStatusSource(backend.aws_conn_id, backend.region_name))
-        key = ("local", str(backend.store.root))
-        return poller_for(key, self.kind, self.poll_interval, lambda: LocalStatusSource(backend))
+
+            def make():
+                return SageMakerStatusSource(backend.aws_conn_id, backend.region_name)
+        else:
+            key = ("local", str(backend.store.root))
+
+            def make():
+                return LocalStatusSource(backend)
+        return (poller_for(key, self.kind, self.poll_interval, make),
+                log_poller_for(key, self.kind, self.poll_interval, make))
 
     def mask_secrets(self, description: dict[str, Any]) -> None:
         """Register the secret hyperparameters' values (read from the job's description) with this
@@ -248,32 +526,72 @@ class SmdistJobTrigger(BaseTrigger):
             for name in self.secret_hyperparameters:
                 mask_hyperparameter(hps.get(name))
 
+    # -- the log cursor, persisted so a rebuilt trigger resumes ------------------------------------------------
+    def _load_cursor(self, backend) -> Any:
+        try:
+            saved = json.loads(cursor_path(backend, self.kind, self.job_name).read_text())
+        except (OSError, ValueError):
+            saved = None
+        if isinstance(saved, dict) and self.cursor_key and saved.get("key") == self.cursor_key:
+            return saved.get("cursor")
+        if self.log_cursor is not None:
+            return self.log_cursor
+        if backend.name == "sagemaker" and self.created:
+            return {"t": int(self.created * 1000), "seen": []}
+        return None
+
+    def _save_cursor(self, backend, cursor: Any) -> None:
+        if not self.cursor_key:
+            return
+        path = cursor_path(backend, self.kind, self.job_name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"key": self.cursor_key, "cursor": cursor}))
+            os.replace(tmp, path)
+        except OSError as exc:
+            self.log.debug("could not save the log cursor of %s: %s", self.job_name, exc)
+
+    def _log_sink(self, backend):
+        def sink(events: list[LogEvent], cursor: Any) -> None:
+            for e in events:
+                self.log.info("%s", e.format())
+            self.log_cursor = cursor
+            if events:  # after the lines went to the log: a crash in between repeats them, never loses them
+                self._save_cursor(backend, cursor)
+        return sink
+
+    # -- the wait ---------------------------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        poller = self._poller()
-        queue = poller.watch(self.job_name)
-        lifecycle = AsyncJobLifecycle(self._backend(), self.kind, self.job_name, log=self.log,
+        backend = await self._backend()
+        poller, log_poller = self._pollers(backend)
+        lifecycle = AsyncJobLifecycle(backend, self.kind, self.job_name, log=self.log,
                                       poll_interval=self.poll_interval, log_cursor=self.log_cursor)
-        logs = None  # started once the first description has told the masker the secrets
-        masked = False
+        secrets = bool(self.secret_hyperparameters)  # their values come from one Describe, before any log line
+        queue = poller.watch(self.job_name, None if secrets else self.job_status, self.as_of)
+        logging_started = False
+        if self.job_status and not secrets:
+            lifecycle.observe({kind_info(self.kind).status_key: self.job_status})
         try:
             while True:
+                if self.print_logs and not logging_started and not secrets:
+                    log_poller.watch(self.job_name, self._load_cursor(backend), self._log_sink(backend))
+                    logging_started = True
                 item = await queue.get()
-                if not masked and not isinstance(item, Exception):
-                    self.mask_secrets(item)
-                    masked = True
-                    if self.print_logs:
-                        logs = asyncio.get_running_loop().create_task(lifecycle.stream_logs())
-                event = lifecycle.error(item) if isinstance(item, Exception) else lifecycle.observe(item)
-                if event is None:
+                if isinstance(item, Exception):
+                    payload = lifecycle.error(item)
+                else:
+                    if secrets:
+                        self.mask_secrets(item)
+                        secrets = False
+                    payload = lifecycle.observe(item)
+                if payload is None:
                     continue
-                if logs is not None and event["job_status"] is not None:
-                    logs.cancel()
-                    await lifecycle.print_new_logs()  # the last lines may land after the status
-                self.log_cursor = lifecycle.log_cursor
-                yield TriggerEvent(event)
+                if logging_started and payload["job_status"] is not None:
+                    # the job's last lines, in a round shared with every job ending now
+                    await log_poller.flush(self.job_name)
+                yield TriggerEvent(payload)
                 return
         finally:
-            if logs is not None:
-                logs.cancel()
-            self.log_cursor = lifecycle.log_cursor
+            log_poller.unwatch(self.job_name)
             poller.unwatch(self.job_name, queue)

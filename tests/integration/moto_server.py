@@ -25,6 +25,8 @@ when a ``MotoServer`` starts):
 * ``set_job_status`` / ``set_training_job_status`` drive a job's state directly in moto's backend
   (``moto.sagemaker.models.sagemaker_backends[account][region]``), for tests needing InProgress or Failed.
 * moto makes no log streams; ``seed_log_stream`` writes one through the real Logs API on the server.
+* moto's ListTrainingJobs summaries lack ``SecondaryStatus`` and its FilterLogEvents ignores
+  ``logStreamNamePrefix``: ``install_summary_and_log_extensions`` adds both.
 * moto's List* time filters (``LastModifiedTimeAfter``, ...) arrive over the JSON protocol as epoch numbers
   and moto compares them with datetimes (a 500); ``_get_param`` hands moto datetimes for them.
 """
@@ -679,23 +681,63 @@ def install_tuning_extensions() -> None:
 _install_sagemaker_extensions_without_tuning = install_sagemaker_extensions
 
 
-def _restore_dropped_fields(response, kind: str, job, requested_metrics) -> None:
-    """What moto's Create* drops and Describe* returns: processing resources and environments, and the
-    training job's MetricDefinitions as given (moto fills in its own)."""
-    if kind == "processing":  # moto drops these two; DescribeProcessingJob returns them
-        job.processing_resources = response._get_param("ProcessingResources")
-        job.environment = response._get_param("Environment")
-    if kind == "training":
-        if response._get_param("Environment") is not None:  # moto drops it; DescribeTrainingJob returns it
-            job.environment = response._get_param("Environment")
-        spec = job.algorithm_specification
-        if requested_metrics is None:
-            spec.pop("MetricDefinitions", None)
-        else:
-            spec["MetricDefinitions"] = requested_metrics
+# ---- List summaries and log filtering as the services answer them ------------------------------------------------
+_summary_extensions_installed = False
+
+
+def install_summary_and_log_extensions() -> None:
+    """Two more gaps (idempotent):
+
+    * moto's ListTrainingJobs summaries lack ``SecondaryStatus``, which the service's TrainingJobSummary
+      carries; the handler adds it from moto's job.
+    * moto's FilterLogEvents ignores ``logStreamNamePrefix`` (it returns every stream's events); the handler
+      narrows to the streams with that prefix, as CloudWatch does.
+    """
+    global _summary_extensions_installed
+    if _summary_extensions_installed:
+        return
+    import json
+
+    from moto.logs.responses import LogsResponse
+    from moto.sagemaker.responses import SageMakerResponse
+
+    original_list = SageMakerResponse.list_training_jobs
+
+    def list_training_jobs(self):
+        result = original_list(self)
+        body = result if isinstance(result, (str, bytes)) else result.result  # moto >= 5.1: an ActionResult
+        body = json.loads(body) if isinstance(body, (str, bytes)) else body
+        jobs = self.sagemaker_backend.training_jobs
+        for summary in body.get("TrainingJobSummaries", []):
+            job = jobs.get(summary["TrainingJobName"])
+            if job is not None and getattr(job, "secondary_status", None):
+                summary["SecondaryStatus"] = job.secondary_status
+        return json.dumps(body, default=str) if isinstance(result, (str, bytes)) else result
+
+    original_filter = LogsResponse.filter_log_events
+
+    def filter_log_events(self):
+        prefix = self._get_param("logStreamNamePrefix")
+        if not prefix or self._get_param("logStreamNames"):
+            return original_filter(self)
+        body = json.loads(self.body or "{}")
+        group = self.logs_backend.groups.get(body.get("logGroupName"))
+        names = sorted(n for n in (group.streams if group else {}) if n.startswith(prefix))
+        if group is not None and not names:
+            return json.dumps({"events": [], "searchedLogStreams": []})
+        body.pop("logStreamNamePrefix", None)
+        if names:
+            body["logStreamNames"] = names
+        self.body = json.dumps(body)
+        return original_filter(self)
+
+    SageMakerResponse.list_training_jobs = list_training_jobs
+    LogsResponse.filter_log_events = filter_log_events
+    _summary_extensions_installed = True
 
 
 def install_sagemaker_extensions() -> None:  # noqa: F811 - extended here, so MotoServer.start installs both
     """The extensions above plus this section's (MotoServer.start calls this name)."""
     _install_sagemaker_extensions_without_tuning()
     install_tuning_extensions()
+    install_summary_and_log_extensions()

@@ -247,3 +247,65 @@ def test_job_files_with_secrets_are_private_to_the_user_running_airflow(tmp_path
         other = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", str(files[0])],
                                capture_output=True, text=True)
         assert other.returncode != 0 and "Permission denied" in other.stderr and secret not in other.stdout
+
+
+# -- ownership, names, clear ----------------------------------------------------------------------------------
+def _ti_ctx(run_id, dag_id="d", task_id="train", try_number=1, max_tries=0):
+    return {"ti": SimpleNamespace(dag_id=dag_id, task_id=task_id, map_index=-1, try_number=try_number,
+                                  max_tries=max_tries), "run_id": run_id}
+
+
+def _echo(tmp_path, **kw):
+    return _operator(tmp_path, entry_point="echo_args.py", source_dir=FAULTS, **kw)
+
+
+def test_a_job_of_another_task_instance_is_refused_not_adopted_nor_stopped(tmp_path, monkeypatch):
+    from airflow_smdist.lifecycle import ForeignJob
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    shared = f"shared-{uuid.uuid4().hex[:8]}"
+    _echo(tmp_path, job_name=shared, hyperparameters={"sleep": 30}, wait_for_completion=False).execute(
+        _ti_ctx("run-a", dag_id="dag_a"))
+    backend = LocalBackend(tmp_path / "jobs")
+    assert {t["Key"]: t["Value"] for t in backend.list_tags("training", shared)}["smdist:task-instance"] == \
+        "dag_a/train/run-a/-1"
+    other = _echo(tmp_path, job_name=shared, hyperparameters={"sleep": 30})
+    with pytest.raises(ForeignJob, match=r"belongs to task instance dag_a/train/run-a/-1"):
+        other.execute(_ti_ctx("run-b", dag_id="dag_b"))
+    other.on_kill()  # the refused task's kill stops nothing of the other's
+    assert backend.describe("training", shared)["TrainingJobStatus"] == "InProgress"
+    backend.stop("training", shared)
+
+
+def test_a_job_name_too_long_for_its_retry_names_is_refused_up_front(tmp_path, monkeypatch):
+    from airflow_smdist.operators.tuning import SmdistTuningOperator
+    from airflow_smdist.specs.errors import SpecError
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    with pytest.raises(SpecError) as info:
+        _echo(tmp_path, job_name="x" * 60).execute(_ti_ctx("run"))
+    assert info.value.field == "job_name" and "at most 59 characters" in str(info.value)
+    assert not (tmp_path / "jobs").exists() and not (tmp_path / "out").exists()
+    tuner = SmdistTuningOperator(task_id="tune", job_name="t" * 30, entry_point="echo_args.py", source_dir=FAULTS,
+                                 image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
+                                 output_path=f"file://{tmp_path}/out", objective_metric_name="m",
+                                 metric_definitions=[{"Name": "m", "Regex": "m=([0-9.]+)"}],
+                                 hyperparameter_ranges={"sleep": {"type": "integer", "min": 0, "max": 1}})
+    with pytest.raises(SpecError, match="at most 28 characters"):
+        tuner.execute(_ti_ctx("run", task_id="tune"))
+
+
+@pytest.mark.parametrize("rerun_on_clear", [True, False])
+def test_clearing_a_finished_task_runs_its_job_again_unless_told_otherwise(tmp_path, monkeypatch, rerun_on_clear):
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    run = uuid.uuid4().hex
+    first = _echo(tmp_path, rerun_on_clear=rerun_on_clear, retries=1).execute(_ti_ctx(run, max_tries=1))
+    # a retry (try 2 of the same series: max_tries unchanged) returns the completed job, whatever the setting
+    retry = _echo(tmp_path, rerun_on_clear=rerun_on_clear, retries=1).execute(_ti_ctx(run, try_number=2, max_tries=1))
+    assert retry["job_name"] == first["job_name"]
+    # the user clears it: Airflow sets max_tries = try_number + retries, and the next try is 3
+    cleared = _echo(tmp_path, rerun_on_clear=rerun_on_clear, retries=1).execute(_ti_ctx(run, try_number=3, max_tries=3))
+    if rerun_on_clear:
+        assert cleared["job_name"] == first["job_name"] + "-r2" and cleared["status"] == "Completed"
+    else:
+        assert cleared["job_name"] == first["job_name"]

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
@@ -38,8 +39,10 @@ def backend(tmp_path):
 
 def submit(backend, tmp_path, *, source, entry, image=SKLEARN_12, environment=None, **kw):
     name = f"rt-{uuid.uuid4().hex[:8]}"
+    if "framework" not in kw:
+        kw["image_uri"] = image
     plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out", entry_point=entry,
-                          source_dir=source, image_uri=image, instance_type="ml.m5.xlarge", instance_count=1,
+                          source_dir=source, instance_type="ml.m5.xlarge", instance_count=1,
                           environment=environment, **kw)
     upload_source(plan.source_dir, entry, plan.source_uri)
     backend.submit("training", plan.request)
@@ -67,7 +70,9 @@ def test_sklearn_1_2_image_runs_on_scikit_learn_1_2_with_its_requirements(backen
     """framework sklearn 1.2-1: scikit-learn 1.2.x, numpy < 2, the code's requirements.txt installed, and no
     airflow_smdist (nor the worker's PYTHONPATH) for the script, as in the SageMaker container."""
     name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "sk"), entry="train.py",
-                  hyperparameters={"fit-intercept": "True"})
+                  framework="sklearn", framework_version="1.2-1", hyperparameters={"fit-intercept": "True"})
+    assert backend.describe("training", name)["AlgorithmSpecification"]["TrainingImage"].endswith(
+        "/sagemaker-scikit-learn:1.2-1-cpu-py3")
     d = wait(backend, name)
     lines = log_lines(backend, name)
     assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), lines[-30:])
@@ -170,3 +175,35 @@ def test_two_jobs_building_one_runtime_at_once_build_it_once(tmp_path):
     out = subprocess.run([python, "-c", "import tabulate; print(tabulate.__version__)"], capture_output=True,
                          text=True, env={"PATH": "/usr/bin:/bin"}, check=False)
     assert out.stdout.strip() == "0.9.0"
+
+
+def test_framework_processor_requirements_install_into_the_job_layer(tmp_path, monkeypatch):
+    """FrameworkProcessor's runproc.sh runs ``python -m pip install -r requirements.txt`` from PATH: in a job
+    runtime that is the job's pip, which installs into the job's layer (the shared runtime stays as built)."""
+    from airflow_smdist.backends.local import launcher
+    from airflow_smdist.operators.processing import SmdistProcessingOperator
+
+    if launcher.namespace_prefix() is None:
+        pytest.skip("runproc.sh names container paths: it needs a host in its own mount namespace")
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "requirements.txt").write_text("tabulate==0.9.0\n")
+    (src / "process.py").write_text(
+        "import sys, sklearn, tabulate\n"
+        "open('/opt/ml/processing/output/result/out.txt', 'w').write(\n"
+        "    f'sklearn={sklearn.__version__} tabulate={tabulate.__version__} {tabulate.__file__}')\n")
+    op = SmdistProcessingOperator(task_id="fw", image_uri=SKLEARN_12, source_dir=str(src), code="process.py",
+                                  poll_interval=0.3, outputs={"result": f"file://{tmp_path}/result"})
+    ti = SimpleNamespace(dag_id="dag", task_id="fw", map_index=-1, try_number=1)
+    result = op.execute({"ti": ti, "run_id": f"run-{uuid.uuid4().hex}"})
+    assert result["status"] == "Completed", result
+    text = (tmp_path / "result" / "out.txt").read_text()
+    sklearn_v, tabulate_v, where = text.split()
+    assert sklearn_v.startswith("sklearn=1.2.") and tabulate_v == "tabulate=0.9.0"
+    job_dir = tmp_path / "jobs" / "processing" / result["job_name"]
+    assert where.startswith(str(job_dir / "layer") + "/"), where
+    runtime = json.loads((job_dir / "state.json").read_text())["runtime"]
+    check = subprocess.run([runtime["python"], "-c", "import tabulate"], capture_output=True, check=False,
+                           env={"PATH": "/usr/bin:/bin"})
+    assert check.returncode != 0  # the shared runtime did not get the job's requirement

@@ -58,3 +58,41 @@ def test_sharded_inference_without_a_role_creates_no_model(moto_server, s3_bucke
     client = boto3.client("sagemaker", endpoint_url=moto_server, region_name=REGION)
     assert not client.list_models(NameContains=model)["Models"]
     assert keys(moto_server, s3_bucket) == ["in/a.csv"]
+
+
+def test_a_sagemaker_job_is_tagged_with_its_task_instance_and_refused_to_others(moto_server, s3_bucket):
+    from airflow_smdist.lifecycle import ForeignJob
+    from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+
+    name = f"owned-{uuid.uuid4().hex[:8]}"
+
+    def op():
+        return SageMakerDistributedTrainingOperator(
+            task_id="train", backend="sagemaker", job_name=name, image_uri=IMAGE, output_path=f"s3://{s3_bucket}/out",
+            role="arn:aws:iam::123456789012:role/R", poll_interval=0.05, print_logs=False)
+
+    ctx_a = {"ti": SimpleNamespace(dag_id="dag_a", task_id="train", map_index=-1), "run_id": "run-1"}
+    assert op().execute(ctx_a)["status"] == "Completed"
+    client = boto3.client("sagemaker", endpoint_url=moto_server, region_name=REGION)
+    arn = client.describe_training_job(TrainingJobName=name)["TrainingJobArn"]
+    tags = {t["Key"]: t["Value"] for t in client.list_tags(ResourceArn=arn)["Tags"]}
+    assert tags["smdist:task-instance"] == "dag_a/train/run-1/-1" and tags["smdist:try"] == "1"
+    assert op().execute(ctx_a)["job_name"] == name  # its own task instance gets it back
+    with pytest.raises(ForeignJob, match="belongs to task instance dag_a/train/run-1/-1"):
+        op().execute({"ti": SimpleNamespace(dag_id="dag_b", task_id="train", map_index=-1), "run_id": "run-1"})
+    assert len(client.list_training_jobs(NameContains=name)["TrainingJobSummaries"]) == 1
+
+
+def test_a_sagemaker_job_made_elsewhere_is_not_adopted(moto_server, s3_bucket):
+    from airflow_smdist.lifecycle import ForeignJob
+    from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+    from airflow_smdist.specs.training import training_request
+
+    name = f"console-{uuid.uuid4().hex[:8]}"
+    client = boto3.client("sagemaker", endpoint_url=moto_server, region_name=REGION)
+    client.create_training_job(**training_request(job_name=name, role="arn:aws:iam::123456789012:role/R",
+                                                  image_uri=IMAGE, output_path=f"s3://{s3_bucket}/out"))
+    op = SageMakerDistributedTrainingOperator(task_id="train", backend="sagemaker", job_name=name, image_uri=IMAGE,
+                                              output_path=f"s3://{s3_bucket}/out", role="arn:aws:iam::123456789012:role/R")
+    with pytest.raises(ForeignJob, match="no task of this provider"):
+        op.execute(ctx("train"))

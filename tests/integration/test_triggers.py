@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 import uuid
 from types import SimpleNamespace
 
 import pytest
 
 from airflow_smdist.backends.local import LocalBackend
-from airflow_smdist.triggers.base import CoalescedPoller, LocalStatusSource, SageMakerStatusSource
+from airflow_smdist.triggers.base import (
+    CoalescedPoller,
+    LocalStatusSource,
+    SageMakerStatusSource,
+)
 from airflow_smdist.triggers.training import SageMakerDistributedTrainingTrigger
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,8 +32,9 @@ def request(name: str, sleep: float = 0.0) -> dict:
                             instance_type="ml.m5.xlarge", instance_count=1, inputs={"train": "s3://b/train"})
 
 
-def test_many_waiting_jobs_cost_one_list_per_interval_on_moto(moto_server):
-    """40 jobs waited on at once: one List call per interval and one Describe per job per change."""
+def test_many_waiting_jobs_cost_one_list_per_interval_and_no_describe_on_moto(moto_server):
+    """40 jobs waited on at once, each from the status its operator saw: one List call per interval, status
+    changes from the List summaries, no Describe at all. A job watched without a status is described once."""
     from moto_server import set_training_job_status
 
     from airflow_smdist.backends.sagemaker import SageMakerBackend
@@ -38,33 +44,171 @@ def test_many_waiting_jobs_cost_one_list_per_interval_on_moto(moto_server):
     for n in names:
         backend.submit("training", request(n))
         set_training_job_status(n, "InProgress")
+    seen_at = time.time()
 
     async def scenario():
         source = SageMakerStatusSource("aws_default", "us-east-1")
         poller = CoalescedPoller(source, "training", interval=0.2)
-        queues = {n: poller.watch(n) for n in names}
-        items = {n: await q.get() for n, q in queues.items()}
-        errors = [i for i in items.values() if isinstance(i, Exception)]
-        assert not errors, errors[0]
-        first = {n: i["TrainingJobStatus"] for n, i in items.items()}
-        assert set(first.values()) == {"InProgress"}
+        queues = {n: poller.watch(n, "InProgress", seen_at) for n in names[1:]}
+        queues[names[0]] = poller.watch(names[0])  # no status known: one Describe
+        first = await asyncio.wait_for(queues[names[0]].get(), 10)
+        assert first["TrainingJobStatus"] == "InProgress"
+        await asyncio.sleep(0.3)
         calls_after_start = dict(source.calls)
         await asyncio.sleep(1.0)  # ~5 intervals with nothing changing
         quiet = {k: source.calls.get(k, 0) - calls_after_start.get(k, 0) for k in ("list", "describe")}
         for n in names[:10]:
             set_training_job_status(n, "Completed")
-        done = {n: (await asyncio.wait_for(queues[n].get(), 10))["TrainingJobStatus"] for n in names[:10]}
+        async def until_terminal(q):  # the first List may also bring a secondary status seen for the first time
+            while (item := await q.get())["TrainingJobStatus"] != "Completed":
+                assert item["TrainingJobStatus"] == "InProgress"
+            return item
+
+        done = {n: await asyncio.wait_for(until_terminal(queues[n]), 10) for n in names[:10]}
         for n, q in queues.items():
             poller.unwatch(n, q)
         await asyncio.sleep(0.3)
-        return first, quiet, done, dict(source.calls)
+        return quiet, done, dict(source.calls)
 
-    first, quiet, done, calls = asyncio.run(scenario())
-    assert set(done.values()) == {"Completed"}
+    quiet, done, calls = asyncio.run(scenario())
+    assert {d["TrainingJobStatus"] for d in done.values()} == {"Completed"}
+    assert {d["SecondaryStatus"] for d in done.values()} == {"Completed"}  # from the summary, as the service has it
     assert quiet["describe"] == 0 and 2 <= quiet["list"] <= 8  # one List per interval, no Describe
-    assert calls["describe"] == 40 + 10  # first sight of each job, then only the ten that changed
-    # one-Describe-per-job polling would have made 40 calls per interval in the quiet second alone
-    assert quiet["list"] < 40 * quiet["list"] / 8
+    assert calls["describe"] == 1  # only the job watched without a status
+
+
+def _capture(trigger, records: list) -> None:
+    """What the triggerer shows in the task's log: the trigger's own logger's records."""
+    import logging
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger(f"smdist.test.trigger.{uuid.uuid4().hex}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.addHandler(Keep())
+    trigger._log = logger
+    trigger._cached_logger = logger  # an operator's logger on Airflow >= 3.3 (airflow.sdk's GenericDAGNode.log)
+
+
+def _moto_trigger(name: str, created: float, interval: float, cursor_key: str = "try-1"):
+    from moto_server import set_training_job_status
+
+    set_training_job_status(name, "InProgress")
+    return SageMakerDistributedTrainingTrigger(
+        job_name=name, backend="sagemaker", aws_conn_id="aws_default", region_name="us-east-1",
+        poll_interval=interval, job_status="InProgress", as_of=time.time(), created=created, cursor_key=cursor_key)
+
+
+def test_deferred_jobs_cost_one_describe_per_lifetime_with_logs_coalesced_on_moto(moto_server, tmp_path, monkeypatch):
+    """30 deferred jobs with logs on: every host line of every job reaches its own task log once, in order;
+    the triggers make no Describe, one List and one FilterLogEvents round per interval for all of them, and
+    execute_complete's Describe is the only one of each job's wait."""
+    from moto_server import seed_log_stream, set_training_job_status
+
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+    from airflow_smdist.triggers import base as trigger_base
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
+    backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
+    run = uuid.uuid4().hex[:6]
+    names = [f"many-{run}-{i:02d}" for i in range(30)]
+    created = time.time() - 5
+    for n in names:
+        backend.submit("training", request(n))
+    group = "/aws/sagemaker/TrainingJobs"
+    now_ms = int(time.time() * 1000)
+    for n in names:
+        for host in (1, 2):
+            seed_log_stream(moto_server, group, f"{n}/algo-{host}-1700000000",
+                            [(now_ms + i, f"{n} host {host} line {i}") for i in range(3)])
+    triggers = {n: _moto_trigger(n, created, 0.3) for n in names}
+    logs = {n: [] for n in names}
+    for n, t in triggers.items():
+        _capture(t, logs[n])
+
+    async def scenario():
+        async def first_event(t):
+            async for event in t.run():
+                return event
+
+        tasks = {n: asyncio.ensure_future(first_event(t)) for n, t in triggers.items()}
+        await asyncio.sleep(1.0)
+        for n in names:  # more lines while they run, then every job ends
+            for host in (1, 2):
+                seed_log_stream(moto_server, group, f"{n}/algo-{host}-1700000000",
+                                [(now_ms + 1000 + i, f"{n} host {host} line {3 + i}") for i in range(2)])
+            set_training_job_status(n, "Completed")
+        events = {n: await asyncio.wait_for(task, 30) for n, task in tasks.items()}
+        sources = [s for k, s in trigger_base._SOURCES.items() if k[0] == id(asyncio.get_running_loop())]
+        return events, sources[0].calls
+
+    events, calls = asyncio.run(scenario())
+    assert {e.payload["status"] for e in events.values()} == {"success"}
+    for n in names:
+        for host in (1, 2):
+            lines = [m for m in logs[n] if m.startswith(f"[algo-{host}] ")]
+            assert lines == [f"[algo-{host}] {n} host {host} line {i}" for i in range(5)], (n, logs[n])
+    assert calls.get("describe", 0) == 0
+    assert calls["list"] <= 12 and calls["logs"] <= 2 * calls["list"] + 2, calls  # per round, not per job
+    assert calls["list"] + calls["logs"] < len(names)  # all 30 jobs' whole waits: fewer calls than jobs
+
+
+def test_a_trigger_rebuilt_after_a_triggerer_restart_resumes_the_log_without_repeating_lines(
+        moto_server, tmp_path, monkeypatch):
+    from moto_server import seed_log_stream, set_training_job_status
+
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
+    name = f"restart-{uuid.uuid4().hex[:8]}"
+    SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1").submit("training", request(name))
+    group, stream = "/aws/sagemaker/TrainingJobs", f"{name}/algo-1-1700000000"
+    now_ms = int(time.time() * 1000)
+    seed_log_stream(moto_server, group, stream, [(now_ms + i, f"line {i}") for i in range(3)])
+    first = _moto_trigger(name, time.time() - 5, 0.2)
+    _path, kwargs = first.serialize()
+    shown: list[str] = []
+    _capture(first, shown)
+
+    async def until_cancelled():
+        task = asyncio.ensure_future(first.run().__anext__())
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if sum(m.startswith("[algo-1] line") for m in shown) == 3:
+                break
+        task.cancel()  # the triggerer stops: the trigger is cancelled mid-wait
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(until_cancelled())
+    seed_log_stream(moto_server, group, stream, [(now_ms + 500 + i, f"line {3 + i}") for i in range(2)])
+    set_training_job_status(name, "Completed")
+    again = SageMakerDistributedTrainingTrigger(**kwargs)  # what a new triggerer builds from the database
+    _capture(again, shown)
+
+    async def to_the_end():
+        async for event in again.run():
+            return event
+
+    event = asyncio.run(asyncio.wait_for(to_the_end(), 30))
+    assert event.payload["status"] == "success"
+    assert [m for m in shown if m.startswith("[algo-1]")] == [f"[algo-1] line {i}" for i in range(5)]
+    # a new try of the task (another cursor_key) gets the whole log in its own log
+    retry_lines: list[str] = []
+    retry = _moto_trigger(name, time.time() - 60, 0.2, cursor_key="try-2")
+    set_training_job_status(name, "Completed")
+    _capture(retry, retry_lines)
+    retry.job_status = "InProgress"
+
+    async def retry_run():
+        async for event in retry.run():
+            return event
+
+    asyncio.run(asyncio.wait_for(retry_run(), 30))
+    assert [m for m in retry_lines if m.startswith("[algo-1]")] == [f"[algo-1] line {i}" for i in range(5)]
 
 
 def test_trigger_yields_the_terminal_status_and_streams_logs(tmp_path, monkeypatch, caplog):
@@ -87,6 +231,8 @@ def test_trigger_yields_the_terminal_status_and_streams_logs(tmp_path, monkeypat
         from airflow.sdk.exceptions import TaskDeferred
     else:
         from airflow.exceptions import TaskDeferred
+    task_log: list[str] = []
+    _capture(op, task_log)  # the operator's own logger: what the task writes to its log
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     trigger = deferred.value.trigger
@@ -105,11 +251,25 @@ def test_trigger_yields_the_terminal_status_and_streams_logs(tmp_path, monkeypat
         async for event in rebuilt.run():
             return event
 
+    from airflow_smdist import _compat
+
+    lookups = []
+    real_get_connection = _compat.BaseHook.get_connection
+
+    def counting_get_connection(conn_id, *args, **kw):  # Airflow's lookup, observed (not replaced)
+        lookups.append(conn_id)
+        return real_get_connection(conn_id, *args, **kw)
+
+    monkeypatch.setattr(_compat.BaseHook, "get_connection", counting_get_connection)
     event = asyncio.run(asyncio.wait_for(first_event(), 120))
+    assert lookups == ["smdist_default"]  # the trigger looks its connection up once
     assert event.payload["status"] == "success" and event.payload["job_status"] == "Completed"
     assert "[algo-2] accuracy:" in caplog.text or "[algo-1] accuracy:" in caplog.text  # logs while deferred
     result = op.execute_complete(ctx, event.payload)
     assert result["status"] == "Completed" and result["final_metrics"]["accuracy"] in (0.5, 0.6)
+    # the deferred path logs the metrics summary line the blocking path logs
+    assert f"training job {event.payload['job_name']} metrics: accuracy={result['final_metrics']['accuracy']:g}" \
+        in task_log
     assert deferred.value.timeout.total_seconds() == 86400 + 3600  # the job's MaxRuntime plus a margin
 
 

@@ -149,6 +149,10 @@ class LocalBackend:
         request = self.store.request(kind, name)
         return module.describe(self, request, self._live_state(kind, name))
 
+    def list_tags(self, kind: str, name: str) -> list[dict[str, str]]:
+        """ListTags of a job: the Tags of its request."""
+        return list(self.store.request(kind, name).get("Tags") or [])
+
     def stop(self, kind: str, name: str) -> None:
         state = self._live_state(kind, name)
         if state["status"] in TERMINAL_STATES:
@@ -224,9 +228,12 @@ class LocalBackend:
             st = self._live_state(kind, name)
             if status and st["status"] != status:
                 continue
-            out.append({info.name_key: name, info.arn_key: self.arn(kind, name),
-                        info.status_key: st["status"], "CreationTime": dt(st.get("created")),
-                        "LastModifiedTime": last_modified(st)})
+            summary = {info.name_key: name, info.arn_key: self.arn(kind, name),
+                       info.status_key: st["status"], "CreationTime": dt(st.get("created")),
+                       "LastModifiedTime": last_modified(st)}
+            if kind == "training" and st.get("secondary_status"):  # as ListTrainingJobs' summaries carry it
+                summary["SecondaryStatus"] = st["secondary_status"]
+            out.append(summary)
         return out
 
     def list_training_jobs_for_tuning_job(self, name: str, *, status_equals: str | None = None,

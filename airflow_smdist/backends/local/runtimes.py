@@ -66,6 +66,13 @@ IMAGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "tensorflow-inference": ("tensorflow", "tensorflow-cpu", ("numpy", "pandas", "boto3")),
 }
 
+#: A built-in algorithm runs the project's implementation of the container's (backends/local/builtin_*.py),
+#: which needs at least this version of the framework: framework -> (package, version, why)
+BUILTIN_FLOORS: dict[str, tuple[str, str, str]] = {
+    "xgboost": ("xgboost-cpu", "3.2", ("the built-in algorithm runs here on the project's implementation of the "
+                                       "container, written for xgboost 3.x's collective API")),
+}
+
 #: What an image has that its local runtime cannot (said in the job's log and description).
 MISSING: dict[str, str] = {
     "pytorch": "torchvision and torchaudio: the image has them, but PyPI's builds need CUDA torch and this machine "
@@ -127,7 +134,7 @@ class Runtime:
 
     def with_layer(self, layer: str | None) -> Runtime:
         """This runtime with a job's layer first on PYTHONPATH."""
-        if not layer:
+        if not layer or self.env.get("PYTHONPATH", "").split(os.pathsep)[0] == layer:
             return self
         return replace(self, env={**self.env, "PYTHONPATH": layer})
 
@@ -229,7 +236,13 @@ def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
     for alias in ("pip3",):
         (job_bin / alias).unlink(missing_ok=True)
         (job_bin / alias).symlink_to("pip")
-    return replace(rt.with_layer(str(layer)), job_bin=str(job_bin))
+    # ``python -m pip`` (FrameworkProcessor's runproc.sh, scripts): the same job pip, as a module
+    module = Path(job_dir) / "pipmodule" / "pip"
+    module.mkdir(parents=True, exist_ok=True)
+    (module / "__init__.py").write_text('"""pip of a local job: installs into the job\'s layer."""\n')
+    (module / "__main__.py").write_text(f"import os, sys\nos.execv({str(shim)!r}, [{str(shim)!r}, *sys.argv[1:]])\n")
+    rt = replace(rt, env={**rt.env, "PYTHONPATH": f"{layer}{os.pathsep}{module.parent}"})
+    return replace(rt, job_bin=str(job_bin))
 
 
 # -- images -------------------------------------------------------------------------------------------------
@@ -244,6 +257,7 @@ class ImageSpec:
     pins: dict  # package -> the image's version ("" when unknown: newest that agrees)
     requirements: tuple = ()  # a user runtime's declared requirement lines
     python: str | None = None  # a user runtime's declared interpreter
+    notes: tuple = ()  # differences decided here rather than found by the install
 
     def label(self) -> str:
         return f"{self.image.rsplit('/', 1)[-1]}"
@@ -267,8 +281,10 @@ def framework_version(framework: str, tag: str) -> str | None:
 
 
 def image_spec(image: str, *, environment: dict | None = None, declared: dict | None = None,
-               field_name: str = "AlgorithmSpecification.TrainingImage") -> ImageSpec:
-    """What the runtime of ``image`` holds; a user image needs a declared runtime (else RuntimeError_)."""
+               field_name: str = "AlgorithmSpecification.TrainingImage", builtin: bool = False) -> ImageSpec:
+    """What the runtime of ``image`` holds; a user image needs a declared runtime (else RuntimeError_).
+    ``builtin``: the image runs its built-in algorithm (the project's implementation of it, see
+    :data:`BUILTIN_FLOORS`) rather than a script."""
     user = _declared_runtime(image, environment or {}, declared or {})
     if user is not None:
         return user
@@ -280,7 +296,15 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
         known = _companion_versions(framework, version)
         pins = {package: known.get(package, version or "")}
         pins.update({c: known.get(c, "") for c in companions})
-        return ImageSpec(image=image, framework=framework, version=version, package=package, pins=pins)
+        notes: tuple = ()
+        if builtin and framework in BUILTIN_FLOORS:
+            local_package, local_version, why = BUILTIN_FLOORS[framework]
+            if _vtuple(pins[package] or "0") < _vtuple(local_version):
+                notes = (f"{local_package} {local_version}.x instead of the image's {package} {pins[package]} ({why})",)
+                pins = {local_package: local_version, **{k: v for k, v in pins.items() if k != package}}
+                package = local_package
+        return ImageSpec(image=image, framework=framework, version=version, package=package, pins=pins,
+                         notes=notes)
     raise RuntimeError_(field_name, f"{image!r} is not a SageMaker framework image with a local runtime, and no "
                         "local runtime is declared for it.",
                         f"declare one: Environment {{'{REQUIREMENTS_KEY}': 'pkg==1.0 other'}} (requirement lines) or "
@@ -509,12 +533,6 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _python_version(python: str) -> str:
-    out = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"], check=False,
-                         capture_output=True, text=True, timeout=60, env=_clean_env())
-    return out.stdout.strip()
-
-
 def base_python() -> str:
     """The interpreter runtimes are made from: the worker's base Python (same version, no packages)."""
     return getattr(sys, "_base_executable", None) or sys.executable
@@ -527,7 +545,8 @@ def build(spec: ImageSpec, cache: Path, log: Callable[[str], None] = lambda _m: 
     python = base_python()
     torch = local_torch_version() if "torch" in spec.pins else None
     sources = uv_source_args()
-    key = cache_key(spec, _python_version(python), sources, torch)
+    version = ".".join(str(n) for n in sys.version_info[:3])  # base_python() is this very Python
+    key = cache_key(spec, version, sources, torch)
     final = cache / key
     if (final / "runtime.json").exists():
         return load(final, spec)
@@ -546,7 +565,7 @@ def build(spec: ImageSpec, cache: Path, log: Callable[[str], None] = lambda _m: 
                                 f"check uv and {python}.")
         chosen = _install_first(uv, tmp, spec, torch, sources, log, field_name)
         versions = _installed(uv, tmp)
-        notes = _notes(spec, versions, chosen) + ([f"not here: {MISSING[spec.framework]}"]
+        notes = list(spec.notes) + _notes(spec, versions, chosen) + ([f"not here: {MISSING[spec.framework]}"]
                                                   if spec.framework in MISSING else [])
         meta = {"image": spec.image, "framework": spec.framework, "version": spec.version, "key": key,
                 "packages": {p: versions.get(_norm(p), "") for p in (spec.pins or {})} or
@@ -636,13 +655,14 @@ def load(final: Path, spec: ImageSpec | None = None) -> Runtime:
 def resolve(image: str | None, *, local_root: str | os.PathLike, job_dir: str | os.PathLike | None = None,
             environment: dict | None = None, declared: dict | None = None,
             log: Callable[[str], None] = lambda _m: None,
-            field_name: str = "AlgorithmSpecification.TrainingImage") -> Runtime:
+            field_name: str = "AlgorithmSpecification.TrainingImage", builtin: bool = False) -> Runtime:
     """The runtime of a job whose image is ``image`` (see the module docstring); says what in ``log``."""
     if runtime_mode() == "worker":
         rt = worker_runtime(job_dir)
         log(f"runtime: {rt.name}: {sys.executable}; {rt.notes[0]}")
         return rt
-    spec = image_spec(image or "", environment=environment, declared=declared, field_name=field_name)
+    spec = image_spec(image or "", environment=environment, declared=declared, field_name=field_name,
+                      builtin=builtin)
     if spec.python:
         if not (os.path.isfile(spec.python) and os.access(spec.python, os.X_OK)):
             raise RuntimeError_(PYTHON_KEY, f"{spec.python!r} is not an executable interpreter.",

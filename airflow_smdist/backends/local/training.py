@@ -188,7 +188,8 @@ class TrainingSupervisor(JobSupervisor):
         req = self.request
         rt = runtimes.resolve(req["AlgorithmSpecification"].get("TrainingImage"), local_root=self.store.root,
                               job_dir=self.dir, environment=req.get("Environment") or {},
-                              declared=self.state.get("runtimes") or {}, log=self.say)
+                              declared=self.state.get("runtimes") or {}, log=self.say,
+                              builtin=runs_builtin_xgboost(req))
         self.save(runtime=rt.to_json())
         code = self.host_dir(cluster.hosts[0]) / "code"
         entry = program_of(req)
