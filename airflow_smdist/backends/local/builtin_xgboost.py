@@ -378,8 +378,9 @@ def _interaction_depends(value, deps):
 
 def hyperparameter_specs() -> Hyperparameters:
     """algorithm_mode/hyperparameter_validation.py, the CPU training half (1.7-1)."""
-    H, I, C, K, L = (  # noqa: E741 - short names keep the table below as readable as the container'sHyperparameters, IntegerHyperparameter, ContinuousHyperparameter, CategoricalHyperparameter,
-                     CommaSeparatedListHyperparameter)
+    # short names keep the table below as readable as the container's
+    H, I, C, K, L = (Hyperparameters, IntegerHyperparameter, ContinuousHyperparameter,  # noqa: E741
+                     CategoricalHyperparameter, CommaSeparatedListHyperparameter)
 
     def unit(**kw):
         return Interval(**kw)
