@@ -56,6 +56,8 @@ CONNECTION_UI_FIELD_BEHAVIOUR: dict = {
 
 def get_provider_info() -> dict:
     """Provider metadata for Airflow's ProvidersManager (``apache_airflow_provider`` entry point)."""
+    from airflow_smdist.kinds import KINDS  # import-cheap (dataclasses only), and only when asked
+
     return {
         "package-name": "airflow-smdist",
         "name": "SageMaker distributed computing (smdist)",
@@ -80,9 +82,7 @@ def get_provider_info() -> dict:
         "sensors": [
             {
                 "integration-name": "SageMaker distributed computing (smdist)",
-                "python-modules": ["airflow_smdist.sensors.training", "airflow_smdist.sensors.processing",
-                                   "airflow_smdist.sensors.transform",
-                                   "airflow_smdist.sensors.tuning"],
+                "python-modules": [k.sensor for k in KINDS.values() if k.sensor],  # the job-kind registry's
             }
         ],
         "hooks": [
@@ -107,12 +107,5 @@ def get_provider_info() -> dict:
             {"name": "smdist_processing",
              "class-name": "airflow_smdist.decorators.processing.smdist_processing_task"},
         ],
-        "extra-links": [
-            "airflow_smdist.operators.links.SageMakerTrainingJobLink",
-            "airflow_smdist.operators.links.SageMakerTrainingLogsLink",
-            "airflow_smdist.operators.processing.SageMakerProcessingJobLink",
-            "airflow_smdist.operators.processing.SageMakerProcessingLogsLink",
-            "airflow_smdist.operators.transform.SageMakerBatchInferenceJobLink",
-            "airflow_smdist.operators.tuning.SageMakerTuningJobLink",
-        ],
+        "extra-links": [link for k in KINDS.values() for link in k.links],  # the job-kind registry's
     }
