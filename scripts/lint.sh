@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PY:-.venv/bin/python}"
+[ -x "$PY" ] || bash scripts/setup.sh
 "$PY" -m ruff check airflow_smdist dags tests benchmarks scripts
 "$PY" -m mypy
