@@ -24,7 +24,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 sys.path.insert(0, HERE)
 
-from _common import load_note, report  # noqa: E402
+from _common import load_note, report
 
 CHILD = r'''
 import sys, time, uuid
@@ -78,7 +78,8 @@ def main() -> None:
     samples: dict[str, list[float]] = {v: [] for v in variants}
     for _ in range(repeats):
         for v in variants:
-            out = subprocess.run([sys.executable, "-c", CHILD, v, src, bucket], capture_output=True, text=True, env=env)
+            out = subprocess.run([sys.executable, "-c", CHILD, v, src, bucket], capture_output=True, text=True, env=env,
+                                 check=False)
             line = [x for x in out.stdout.splitlines() if x.startswith("RESULT")]
             if not line:
                 raise SystemExit(out.stderr[-3000:])
