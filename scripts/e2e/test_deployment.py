@@ -37,12 +37,15 @@ class Observed:
         self.drills: dict[str, dict] = {}
 
 
-def job_started(api: Api, dag_id: str, run_id: str, task_id: str) -> str | None:
-    for line in api.log(dag_id, run_id, task_id, 1):
-        m = re.search(r"Started training job (\S+) on the local backend", line)
+def job_started(api: Api, dag_id: str, run_id: str, task_id: str, try_number: int) -> str | None:
+    """The job the try started or reattached to, once it trains (the drills need it running)."""
+    job = None
+    for line in api.log(dag_id, run_id, task_id, try_number):
+        m = re.search(r"(?:Started training job|Reattaching to training job) (\S+)", line)
         if m:
-            return m.group(1)
-    return None
+            job = m.group(1)
+    state = local_jobs().get(job or "", {})
+    return job if state.get("status") == "InProgress" and state.get("secondary_status") == "Training" else None
 
 
 def drill_triggerer(api: Api, obs: Observed, tis: dict) -> None:
@@ -51,11 +54,11 @@ def drill_triggerer(api: Api, obs: Observed, tis: dict) -> None:
     ti = tis.get("train")
     if "triggerer" in obs.drills or not ti or ti["state"] != "deferred":
         return
-    lines = api.log(dag_id, run_id, "train", 1)
+    lines = api.log(dag_id, run_id, "train", ti["try_number"])
     if not any("[algo-1]" in line for line in lines) or not any("[algo-2]" in line for line in lines):
         return
-    job = job_started(api, dag_id, run_id, "train")
-    if not job or job not in local_jobs():
+    job = job_started(api, dag_id, run_id, "train", ti["try_number"])
+    if not job:
         return
     status = local_jobs()[job]["status"]
     component("kill", "triggerer")
@@ -70,8 +73,8 @@ def drill_worker(api: Api, obs: Observed, tis: dict) -> None:
     ti = tis.get("train")
     if "worker" in obs.drills or not ti or ti["state"] != "running" or ti["try_number"] != 1:
         return
-    job = job_started(api, dag_id, run_id, "train")
-    if not job or local_jobs().get(job, {}).get("secondary_status") != "Training":
+    job = job_started(api, dag_id, run_id, "train", 1)
+    if not job:
         return
     pid = task_process(ti["id"])
     if pid is None:
