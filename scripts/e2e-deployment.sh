@@ -26,7 +26,9 @@ cleanup() {
   bash scripts/airflow-local.sh stop >/dev/null 2>&1 || true
   [ -n "${MOTO_PID:-}" ] && kill "$MOTO_PID" 2>/dev/null || true
   # keep the components' logs with the screenshots, then remove everything else
+  rm -rf "$E2E_ARTIFACTS/component-logs" "$E2E_ARTIFACTS/task-logs"
   cp -r "$AIRFLOW_LOCAL_DIR/logs" "$E2E_ARTIFACTS/component-logs" 2>/dev/null || true
+  cp -r "$AIRFLOW_LOCAL_DIR/home/logs" "$E2E_ARTIFACTS/task-logs" 2>/dev/null || true
   if [ -s "$AIRFLOW_LOCAL_DIR/pgdata.path" ]; then rm -rf "$(cat "$AIRFLOW_LOCAL_DIR/pgdata.path")"; fi
   rm -rf "$WORK"
 }
