@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from airflow import __version__ as AIRFLOW_VERSION
+from airflow.exceptions import AirflowException
 
 AIRFLOW_V_3_0_PLUS = int(AIRFLOW_VERSION.split(".")[0]) >= 3
 
@@ -18,8 +19,6 @@ try:  # Airflow >= 3.1
     from airflow.sdk import BaseHook
 except ImportError:  # pragma: no cover - older lines
     from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
-
-from airflow.exceptions import AirflowException
 
 __all__ = [
     "AIRFLOW_VERSION",

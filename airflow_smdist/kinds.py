@@ -43,7 +43,7 @@ def load(path: str) -> Any:
 class JobKindInfo:
     """The facts of one job kind. ``noun`` is the API's (``TrainingJob``, ``HyperParameterTuningJob``)."""
 
-    name: str
+    name: JobKind
     noun: str
     #: CloudWatch log group of the job's streams (a tuning job's are its trials', training jobs')
     log_group: str

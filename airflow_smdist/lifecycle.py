@@ -38,6 +38,7 @@ is passed over for the next attempt name); ``rerun_on_clear=False`` returns that
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import random
@@ -198,7 +199,7 @@ class Started:
 class JobLifecycle:
     """The lifecycle of the jobs of one kind that one task drives on one backend."""
 
-    def __init__(self, backend: Backend, kind: str, *, log: logging.Logger | logging.LoggerAdapter | None = None,
+    def __init__(self, backend: Backend, kind: str, *, log: logging.Logger | logging.LoggerAdapter[Any] | None = None,
                  poll_interval: float = 10.0, print_logs: bool = True,
                  stop_timeout: float = STOP_TIMEOUT_SECONDS, owner: Owner | None = None,
                  rerun_on_clear: bool = True) -> None:
@@ -231,7 +232,7 @@ class JobLifecycle:
 
     # -- calls ---------------------------------------------------------------------------------------------
     def describe(self, name: str, *, give_up_after: float | None = None) -> dict[str, Any]:
-        return call_with_backoff(lambda: self.backend.describe(self.info.name, name),  # type: ignore[arg-type]
+        return call_with_backoff(lambda: self.backend.describe(self.info.name, name),
                                  counter=self.calls, what="describe", give_up_after=give_up_after)
 
     def status(self, description: dict[str, Any]) -> str:
@@ -243,7 +244,7 @@ class JobLifecycle:
     def pause(self, names: list[str], seconds: float) -> None:
         """The one polling pause of the operators: until one of ``names`` changes (the local backend wakes
         at once) or ``seconds`` have passed."""
-        self.backend.wait_for_change(self.info.name, names, seconds)  # type: ignore[arg-type]
+        self.backend.wait_for_change(self.info.name, names, seconds)
 
     # -- name, submit or reattach ----------------------------------------------------------------------------
     def job_tags(self, name: str) -> dict[str, str]:
@@ -298,7 +299,7 @@ class JobLifecycle:
             own = {t["Key"] for t in self.owner.tags()}
             request = {**request, "Tags": [t for t in request.get("Tags") or [] if t.get("Key") not in own]
                        + self.owner.tags()}
-        name = self.backend.submit(self.info.name, request)  # type: ignore[arg-type]
+        name = self.backend.submit(self.info.name, request)
         self.track(name)
         return name
 
@@ -333,7 +334,7 @@ class JobLifecycle:
         """Print the job's log lines since the last call (every host, merged by time)."""
         try:
             events, self._cursors[name] = call_with_backoff(
-                lambda: self.backend.log_events(self.info.name, name, self._cursors.get(name)),  # type: ignore[arg-type]
+                lambda: self.backend.log_events(self.info.name, name, self._cursors.get(name)),
                 counter=self.calls, what="logs")
         except JobNotFound:
             return
@@ -347,7 +348,7 @@ class JobLifecycle:
 
     def fetch_last_lines(self, name: str) -> None:
         """The job's last log lines, without printing them (after a deferred wait, for the error)."""
-        events, _ = call_with_backoff(lambda: self.backend.log_events(self.info.name, name),  # type: ignore[arg-type]
+        events, _ = call_with_backoff(lambda: self.backend.log_events(self.info.name, name),
                                       counter=self.calls, what="logs")
         self.last_lines.clear()
         self.last_lines.extend(e.format() for e in events)
@@ -435,10 +436,10 @@ class JobLifecycle:
         ``stop_timeout`` seconds."""
         names = list(self.running if names is None else names)
         label = self.info.name
-        for name in names:
+        for name in list(names):
             self.log.info("Task killed: stopping %s job %s.", label, name)
             try:
-                call_with_backoff(lambda n=name: self.backend.stop(label, n),  # type: ignore[arg-type,misc]
+                call_with_backoff(functools.partial(self.backend.stop, self.info.name, name),
                                   counter=self.calls, what="stop", give_up_after=self.stop_timeout)
             except JobNotFound:
                 names.remove(name)
@@ -468,7 +469,7 @@ class AsyncJobLifecycle:
     re-serialised trigger continues where it was), report status changes, and turn the job's end (or its
     disappearance) into the event that resumes the task."""
 
-    def __init__(self, backend: Backend, kind: str, name: str, *, log: logging.Logger | logging.LoggerAdapter,
+    def __init__(self, backend: Backend, kind: str, name: str, *, log: logging.Logger | logging.LoggerAdapter[Any],
                  poll_interval: float, log_cursor: Any = None) -> None:
         self.backend = backend
         self.info = kind_info(kind)
@@ -481,7 +482,7 @@ class AsyncJobLifecycle:
 
     async def print_new_logs(self) -> None:
         events, self.log_cursor = await acall_with_backoff(
-            lambda: asyncio.to_thread(self.backend.log_events, self.info.name, self.name,  # type: ignore[arg-type]
+            lambda: asyncio.to_thread(self.backend.log_events, self.info.name, self.name,
                                       self.log_cursor), counter=self.calls, what="logs")
         for event in events:
             self.log.info("%s", event.format())

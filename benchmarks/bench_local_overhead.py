@@ -68,8 +68,11 @@ def main() -> None:
     last_job = None
     for _ in range(repeats):
         for label in SCRIPTS:
-            t = time.perf_counter(); direct(label); times[(label, "direct")].append(time.perf_counter() - t)
-            t = time.perf_counter(); last_job = local(label)
+            t = time.perf_counter()
+            direct(label)
+            times[(label, "direct")].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            last_job = local(label)
             times[(label, "local")].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
     rows = []

@@ -6,8 +6,9 @@ argument (``fan_out``) apart:
 
 1. ``fan_out="transform"``: one Batch Transform job over ``instance_count`` instances;
 2. ``fan_out="processing"``: one processing job whose input is ShardedByS3Key;
-3. ``fan_out="jobs"`` with dynamic task mapping: a shard planner balances the objects by size, one transform
-   job per shard (each retried on its own), then a merge step (completeness check + manifest).
+3. ``fan_out="jobs"`` as a TaskGroup (``sharded_batch_inference``): a shard planner balances the objects by
+   size, one mapped task per shard's transform job (each retried and deferred on its own), then a merge step
+   (completeness check + manifest).
 
 ``compare`` checks the three output prefixes hold the same objects, byte for byte, one ``<key>.out`` per
 input object. Then one output is deleted and the first way is run again: the completeness check finds the
@@ -34,11 +35,7 @@ except ImportError:  # Airflow 2.10 / 2.11
     from airflow.models.param import Param
 
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
-from airflow_smdist.operators.transform import (
-    SageMakerBatchInferenceMergeOperator,
-    SageMakerBatchShardPlanOperator,
-    SageMakerShardedBatchInferenceOperator,
-)
+from airflow_smdist.operators.transform import SageMakerShardedBatchInferenceOperator, sharded_batch_inference
 from airflow_smdist.params import (
     PROCESSING_INSTANCE_TYPES,
     instance_type_param,
@@ -147,16 +144,11 @@ with DAG(
         task_id="score_processing", fan_out="processing", input_uri=SCORE_INPUT, output_uri=OUTPUT + "/processing",
         **model, **RECORDS)
     # way 3: N separate jobs over a planned split, one mapped task (and retry) per shard, then the merge
-    plan = SageMakerBatchShardPlanOperator(task_id="plan_shards", input_uri=SCORE_INPUT, output_uri=OUTPUT + "/jobs",
-                                           shards="{{ params.shards }}", **RECORDS)
-    score_shards = SageMakerShardedBatchInferenceOperator.partial(
-        task_id="score_shard", fan_out="jobs", input_uri=SCORE_INPUT, output_uri=OUTPUT + "/jobs", retries=2,
-        **model, **RECORDS).expand(shard=plan.output)
-    merge = SageMakerBatchInferenceMergeOperator(task_id="merge_shards", input_uri=SCORE_INPUT,
-                                                 output_uri=OUTPUT + "/jobs", shard_results=score_shards.output,
-                                                 **RECORDS)
-    train >> [score_transform, score_processing, plan]
-    plan >> score_shards >> merge
+    # fan_out="jobs" as a TaskGroup: plan -> one mapped task per shard job (retried on its own) -> merge
+    score_jobs = sharded_batch_inference("score_jobs", input_uri=SCORE_INPUT, output_uri=OUTPUT + "/jobs",
+                                         shards="{{ params.shards }}", shard_retries=2, **model, **RECORDS)
+    merge = score_jobs.get_child_by_label("merge")
+    train >> [score_transform, score_processing, score_jobs]
 
     @task
     def compare(transform: dict, processing: dict, jobs: dict, output: str) -> str:

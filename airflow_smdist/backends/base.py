@@ -14,14 +14,6 @@ from airflow_smdist.kinds import JOB_KINDS, KINDS, JobKind, Operation, kind_info
 
 __all__ = ["JOB_KINDS", "KINDS", "JobKind", "kind_info"]  # re-exported: the registry lives in kinds.py
 
-#: Transition alias of the registry (``OPERATIONS[kind]["status_key"]``) for code not yet reading
-#: :data:`airflow_smdist.kinds.KINDS`; new code uses ``kind_info(kind).status_key``.
-OPERATIONS: dict[str, dict[str, str]] = {
-    name: {"create": k.create_op, "describe": k.describe_op, "stop": k.stop_op, "list": k.list_op,
-           "name_key": k.name_key, "status_key": k.status_key, "arn_key": k.arn_key, "log_group": k.log_group}
-    for name, k in KINDS.items()
-}
-
 RUNNING_STATES = frozenset({"InProgress", "Stopping", "Pending"})
 TERMINAL_STATES = frozenset({"Completed", "Failed", "Stopped"})
 SUCCESS_STATES = frozenset({"Completed"})
@@ -52,7 +44,7 @@ class LogEvent:
         return f"[{self.host}] {self.message}"
 
 
-def tuning_log_events(backend, name: str, cursor: Any = None) -> tuple[list[LogEvent], dict]:
+def tuning_log_events(backend: Any, name: str, cursor: Any = None) -> tuple[list[LogEvent], dict[str, Any]]:
     """A tuning job's logs are its trials' (training jobs') logs: every host of every trial, merged by
     time, each line prefixed ``<trial suffix>/<host>``. ``cursor`` holds one cursor per trial."""
     cursor = dict(cursor or {})

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_smdist._compat import AirflowException
+from airflow_smdist.lifecycle import JobFailed
 from airflow_smdist.runtime.function import (
     DONE_FILE,
     ERROR_MARKER,
@@ -34,12 +35,14 @@ from airflow_smdist.runtime.function import (
 RESULTS_OUTPUT = "smdist-results"
 
 
-class SmdistFunctionError(AirflowException):
-    """The function raised in the job. ``exception_type``, ``host``, ``rank``, ``remote_traceback`` and
-    ``records`` (every failing rank's record, first first) say where and what."""
+class SmdistFunctionError(JobFailed):
+    """The function raised in the job: a :class:`~airflow_smdist.lifecycle.JobFailed` whose reason is the first
+    failing rank's error. ``exception_type``, ``host``, ``rank``, ``remote_traceback`` and ``records`` (every
+    failing rank's record, first first) say where and what."""
 
-    def __init__(self, message: str, record: dict[str, Any], records: list[dict[str, Any]]) -> None:
-        super().__init__(message)
+    def __init__(self, kind: str, name: str, reason: str, record: dict[str, Any],
+                 records: list[dict[str, Any]]) -> None:
+        super().__init__(kind, name, "Failed", reason)
         self.exception_type = record.get("type")
         self.host = record.get("log_host") or record.get("host")
         self.rank = record.get("rank")
@@ -86,12 +89,12 @@ def first_failure(records: list[dict[str, Any]], job_name: str, kind: str) -> Sm
     others = [f"{r.get('type')} on {r.get('log_host') or r.get('host')} (rank {r.get('rank')}, "
               f"{_stamp(r.get('time'))})" for r in records[1:6]]
     message = (f"{first.get('function', 'the function')} raised {first.get('type')} on {where} at "
-               f"{_stamp(first.get('time'))} ({kind} job {job_name}): {first.get('message')}\n"
+               f"{_stamp(first.get('time'))}: {first.get('message')}\n"
                f"Traceback on {host}:\n{first.get('traceback', '').rstrip()}")
     if others:
         message += (f"\n{len(records) - 1} later failure(s), probably consequences: " + "; ".join(others)
                     + (" ..." if len(records) > 6 else ""))
-    return SmdistFunctionError(message, first, records)
+    return SmdistFunctionError(kind, job_name, message, first, records)
 
 
 # -- training: global rank 0's result ------------------------------------------------------------------------

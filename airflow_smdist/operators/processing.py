@@ -17,28 +17,29 @@ root on the local backend.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
+from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
 from airflow_smdist.operators.links import SmdistConsoleLink
+from airflow_smdist.specs.processing import ProcessingArguments, PySparkArguments, ScriptArguments
 
-#: arguments every processing operator passes to its builder (and templates)
-COMMON_ARGS = (
-    "role", "instance_type", "instance_count", "inputs", "outputs", "arguments", "code_location",
-    "volume_size_in_gb", "volume_kms_key", "output_kms_key", "max_runtime_in_seconds", "env", "network_config",
-    "tags", "experiment_config",
-)
-PYSPARK_ARGS = (
-    "submit_app", "submit_py_files", "submit_jars", "submit_files", "configuration", "spark_event_logs_s3_uri",
-    "framework_version", "py_version", "container_version", "image_uri", "dependency_location",
-    "configuration_location",
-)
+#: The builders' arguments (the argument dataclasses of specs/processing.py), which the operators pass on
+#: and template: common to both, PySparkProcessor's, ScriptProcessor/FrameworkProcessor's.
+COMMON_FIELDS = dataclasses.fields(ProcessingArguments)
+PYSPARK_FIELDS = dataclasses.fields(PySparkArguments)
+SCRIPT_FIELDS = dataclasses.fields(ScriptArguments)
+COMMON_ARGS = tuple(f.name for f in COMMON_FIELDS)
+PYSPARK_ARGS = tuple(f.name for f in PYSPARK_FIELDS if f.name not in COMMON_ARGS)
+SCRIPT_ARGS = tuple(f.name for f in SCRIPT_FIELDS if f.name not in COMMON_ARGS)
+#: The operators' defaults where they differ from the builders': no role (the local backend uses a stand-in;
+#: the sagemaker backend requires one, see operators.base.require_role).
+OPERATOR_DEFAULTS: dict[str, Any] = {"role": None}
 #: the builder arguments that say where local files are uploaded (all default to code_location)
 LOCATION_ARGS = ("code_location", "dependency_location", "configuration_location")
-SCRIPT_ARGS = ("image_uri", "framework", "framework_version", "py_version", "code", "source_dir", "command",
-               "entrypoint")
 RENDERERS = {"inputs": "json", "outputs": "json", "env": "json", "configuration": "json", "arguments": "json",
              "network_config": "json", "tags": "json"}
 
@@ -66,29 +67,10 @@ class _ProcessingOperator(SmdistJobOperator):
     template_fields_renderers = RENDERERS
     builder_args: tuple[str, ...] = ()
 
-    def __init__(self, *, role: str | None = None, instance_type: str = "ml.m5.xlarge",
-                 instance_count: int | str = 1, inputs: Any = None, outputs: Any = None,
-                 arguments: list[Any] | None = None, code_location: str | None = None,
-                 volume_size_in_gb: int | str = 30, volume_kms_key: str | None = None,
-                 output_kms_key: str | None = None, max_runtime_in_seconds: int | str | None = None,
-                 env: dict[str, str] | None = None, network_config: dict[str, Any] | None = None,
-                 tags: Any = None, experiment_config: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, builder_arguments: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.role = role
-        self.instance_type = instance_type
-        self.instance_count = instance_count
-        self.inputs = inputs
-        self.outputs = outputs
-        self.arguments = arguments
-        self.code_location = code_location
-        self.volume_size_in_gb = volume_size_in_gb
-        self.volume_kms_key = volume_kms_key
-        self.output_kms_key = output_kms_key
-        self.max_runtime_in_seconds = max_runtime_in_seconds
-        self.env = env
-        self.network_config = network_config
-        self.tags = tags
-        self.experiment_config = experiment_config
+        for name, value in builder_arguments.items():  # the builder's arguments, one attribute each
+            setattr(self, name, value)
         self._plan = None
 
     def builder(self):
@@ -162,25 +144,9 @@ class SageMakerPySparkProcessingOperator(_ProcessingOperator):
     template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *COMMON_ARGS, *PYSPARK_ARGS)
     builder_args = COMMON_ARGS + PYSPARK_ARGS
 
-    def __init__(self, *, submit_app: str, framework_version: str | None = None, py_version: str | None = None,
-                 container_version: str | None = None, image_uri: str | None = None,
-                 submit_py_files: list[str] | None = None, submit_jars: list[str] | None = None,
-                 submit_files: list[str] | None = None, configuration: Any = None,
-                 spark_event_logs_s3_uri: str | None = None, dependency_location: str | None = None,
-                 configuration_location: str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.submit_app = submit_app
-        self.framework_version = framework_version
-        self.py_version = py_version
-        self.container_version = container_version
-        self.image_uri = image_uri
-        self.submit_py_files = submit_py_files
-        self.submit_jars = submit_jars
-        self.submit_files = submit_files
-        self.configuration = configuration
-        self.spark_event_logs_s3_uri = spark_event_logs_s3_uri
-        self.dependency_location = dependency_location
-        self.configuration_location = configuration_location
+    @with_arguments(PYSPARK_FIELDS, OPERATOR_DEFAULTS)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(builder_arguments=take_arguments(kwargs, PYSPARK_FIELDS, OPERATOR_DEFAULTS), **kwargs)
 
     def builder(self):
         from airflow_smdist.specs.processing import build_pyspark_processing
@@ -206,19 +172,9 @@ class SmdistProcessingOperator(_ProcessingOperator):
     template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *COMMON_ARGS, *SCRIPT_ARGS)
     builder_args = COMMON_ARGS + SCRIPT_ARGS
 
-    def __init__(self, *, image_uri: str | None = None, framework: str | None = None,
-                 framework_version: str | None = None, py_version: str | None = None, code: str | None = None,
-                 source_dir: str | None = None, command: list[str] | None = None,
-                 entrypoint: list[str] | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.source_dir = source_dir
-        self.image_uri = image_uri
-        self.framework = framework
-        self.framework_version = framework_version
-        self.py_version = py_version
-        self.code = code
-        self.command = command
-        self.entrypoint = entrypoint
+    @with_arguments(SCRIPT_FIELDS, OPERATOR_DEFAULTS)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(builder_arguments=take_arguments(kwargs, SCRIPT_FIELDS, OPERATOR_DEFAULTS), **kwargs)
 
     def builder(self):
         from airflow_smdist.specs.processing import build_processing

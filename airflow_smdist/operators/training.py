@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
-from dataclasses import MISSING
 from typing import Any, Sequence
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS, mask_hyperparameter
 from airflow_smdist.backends.base import TERMINAL_STATES
+from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
 from airflow_smdist.operators.links import SageMakerTrainingJobLink, SageMakerTrainingLogsLink
 from airflow_smdist.specs.training import TRAINING_ARGS, training_fields
@@ -16,43 +15,6 @@ from airflow_smdist.specs.training import TRAINING_ARGS, training_fields
 #: The operator's defaults where they differ from the builder's: no role (the local backend uses a stand-in;
 #: the sagemaker backend requires one, see operators.base.require_role).
 OPERATOR_DEFAULTS: dict[str, Any] = {"role": None}
-
-
-def spec_signature(init: Any, *, defaults: dict[str, Any] | None = None) -> Any:
-    """Give ``init`` (``def __init__(self, *, <own arguments>, **kwargs)``) the signature it really has: its
-    own keyword arguments plus every training argument of :mod:`airflow_smdist.specs.training`'s sections,
-    with their defaults. Airflow reads it (``default_args``, required arguments, ``partial``/``expand``),
-    as do ``help()`` and IDEs; the arguments are written once, in the sections."""
-    own = inspect.signature(init)
-    params = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    taken = {p.name for p in params}
-    defaults = {**OPERATOR_DEFAULTS, **(defaults or {})}
-    for f in training_fields():
-        if f.name in taken:
-            continue
-        default = defaults.get(f.name, f.default)
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
-                                        default=inspect.Parameter.empty if default is MISSING else default))
-    params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation="Any"))
-    init.__signature__ = own.replace(parameters=params)
-    return init
-
-
-def take_training_arguments(kwargs: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Pop the training arguments from an operator's ``kwargs`` (the rest go to BaseOperator), with the
-    operator's defaults for those not given."""
-    defaults = {**OPERATOR_DEFAULTS, **(defaults or {})}
-    out = {}
-    for f in training_fields():
-        if f.name in kwargs:
-            out[f.name] = kwargs.pop(f.name)
-        elif f.name in defaults:
-            out[f.name] = defaults[f.name]
-        elif f.default is not MISSING:
-            out[f.name] = f.default
-        else:
-            raise TypeError(f"missing keyword argument {f.name!r}")
-    return out
 
 
 class SageMakerDistributedTrainingOperator(SmdistJobOperator):
@@ -85,10 +47,10 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
                                  "environment": "json", "lr_scaling": "json", "metric_definitions": "json"}
     operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink())
 
-    @spec_signature
+    @with_arguments(training_fields(), OPERATOR_DEFAULTS)
     def __init__(self, *, secret_hyperparameters: list[str] | None = None, include_runtime: bool = False,
                  insight: bool = True, **kwargs: Any) -> None:
-        arguments = take_training_arguments(kwargs)
+        arguments = take_arguments(kwargs, training_fields(), OPERATOR_DEFAULTS)
         super().__init__(**kwargs)
         self.insight = insight
         self.include_runtime = include_runtime

@@ -8,10 +8,10 @@
   instances gets about 1/n of the objects) running the model's inference code over its shard with the
   batch runner, in the model's own image.
 * ``"jobs"``: ``shards`` separate transform jobs over a split of the prefix planned by object size; each
-  shard job is retried on its own (``shard_retries``). For Airflow's dynamic task mapping, use the steps
-  separately: :class:`SageMakerBatchShardPlanOperator` -> this operator ``.partial(fan_out="jobs",
-  ...).expand(shard=plan.output)`` (Airflow retries each shard's task alone) ->
-  :class:`SageMakerBatchInferenceMergeOperator`.
+  shard job is retried on its own (``shard_retries``). As a DAG shape, :func:`sharded_batch_inference` makes
+  the TaskGroup :class:`SageMakerBatchShardPlanOperator` -> this operator ``.partial(fan_out="jobs",
+  ...).expand(shard=plan.output)`` -> :class:`SageMakerBatchInferenceMergeOperator`, so Airflow retries,
+  defers and shows each shard's task.
 
 Whatever the way, the outputs are ``<output_uri>/<key below input_uri>.out`` (byte-identical across ways:
 the local backend and the processing runner run one engine). Before a job, a completeness check lists
@@ -312,6 +312,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                            entry_point=self.entry_point, source_dir=self.source_dir,
                            code_location=sharding.work_uri(self.output_uri, "code"), program=self.program,
                            environment=self.model_environment, region=self.hook.region_name,
+                           tags=self.tags,  # the SDK tags the model it creates for the transform job too
                            allow_local_uris=backend.name == "local")
         if existing is None:
             if plan.source_dir:
@@ -403,8 +404,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         storage = storage_for(backend)
         if self.fan_out == "jobs" and self.shard is None:
             if self.deferrable:
-                self.log.info("fan_out='jobs' in one task waits for its shard jobs in the worker; map it over "
-                              "SageMakerBatchShardPlanOperator's output to defer each shard's wait.")
+                self.log.info("fan_out='jobs' in one task waits for its shard jobs in the worker; use the "
+                              "sharded_batch_inference TaskGroup to defer each shard's wait.")
             return self.run_shards(context, backend, storage)
         manifest = self.shard["manifest_uri"] if self.shard is not None else None
         objects = self._objects(storage)
@@ -735,6 +736,42 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
             raise AirflowException(report.describe() + f"\nManifest: {summary['manifest_uri']}")
         self.log.info("Complete: %s; manifest %s", report.describe(), summary["manifest_uri"])
         return summary
+
+
+#: the arguments the planner and the merge step take besides the record settings
+_STEP_ARGS = ("backend", "smdist_conn_id", "aws_conn_id", "region_name", "check_records")
+
+
+def sharded_batch_inference(group_id: str, *, input_uri: str, output_uri: str, shards: int | str = 2,
+                            shard_retries: int = 2, **common: Any):
+    """``fan_out="jobs"`` as a DAG shape: a TaskGroup ``plan`` -> ``shard`` (mapped: one transform job per
+    planned shard) -> ``merge``, so Airflow itself retries (``shard_retries``), defers and shows each shard.
+
+    ``common`` holds the arguments of :class:`SageMakerShardedBatchInferenceOperator` (the model, instances,
+    record settings, ``deferrable``, ...); the planner and the merge step take the record settings and the
+    connection from it. ``plan`` writes one ManifestFile per shard of the objects still without a complete
+    output; ``merge`` (trigger rule ``all_done``) checks the whole prefix, writes the manifest and returns its
+    summary (``group.get_child_by_label("merge").output``), failing with the objects still missing.
+    """
+    try:
+        from airflow.sdk import TaskGroup
+    except ImportError:  # Airflow 2
+        from airflow.utils.task_group import TaskGroup
+    from airflow_smdist.specs.errors import SpecError
+
+    for reserved in ("fan_out", "shard", "task_id"):
+        if reserved in common:
+            raise SpecError(reserved, "is set by sharded_batch_inference.", f"drop {reserved}=...")
+    steps = {k: v for k, v in common.items() if k in RECORD_ARGS or k in _STEP_ARGS}
+    with TaskGroup(group_id=group_id) as group:
+        plan = SageMakerBatchShardPlanOperator(task_id="plan", input_uri=input_uri, output_uri=output_uri,
+                                               shards=shards, **steps)
+        shard = SageMakerShardedBatchInferenceOperator.partial(
+            task_id="shard", fan_out="jobs", input_uri=input_uri, output_uri=output_uri, retries=shard_retries,
+            **common).expand(shard=plan.output)
+        SageMakerBatchInferenceMergeOperator(task_id="merge", input_uri=input_uri, output_uri=output_uri,
+                                             shard_results=shard.output, **steps)
+    return group
 
 
 def transform_result(description: dict[str, Any], backend: Any) -> dict[str, Any]:

@@ -16,14 +16,19 @@ Every process the job's launcher starts (one per host, or torchrun / MPI ranks) 
 
 * **training**: only global rank 0 writes the return value: ``<output data dir>/smdist-function/result.json``
   (JSON, at most ``max_result_bytes``) and then ``done.json`` (size and SHA-256 of the result). SageMaker
-  merges every host's ``/opt/ml/output/data`` into ``<S3OutputPath>/<job>/output/output.tar.gz``; the
-  task reads both files from there, and a completed job without ``done.json`` fails the task.
+  merges every host's ``/opt/ml/output/data`` into ``<S3OutputPath>/<job>/output/output.tar.gz``
+  (docs/contracts.md, the /opt/ml table); the task reads both files from there, and a completed job
+  without ``done.json`` fails the task.
 * **processing**: one call per host (over its ShardedByS3Key share of the inputs); each host writes
   ``host-<rank>.json`` into the ``smdist-results`` output, uploaded to ``<results prefix>/``.
+* why a record in the log and not only a file: output data is uploaded once, at the end (the local backend
+  only for a completed job), while every host's log (CloudWatch, or the local backend's streams) reaches
+  the task on both backends whatever the job's status. The design and its comparison with ``@remote``: docs/remote-function-peers.md.
 * a failing rank prints one line ``SMDIST_FUNCTION_ERROR {json}`` (rank, host, time, exception type,
   message, the traceback's tail) into its host's log, after the full traceback, writes the same record to
-  ``errors/rank-<rank>.json`` and the failure file (``/opt/ml/output/failure``, training;
-  ``/opt/ml/output/message``, processing), and exits 1. The task reads the records from the logs of every
+  ``errors/rank-<rank>.json`` and the failure file (``/opt/ml/output/failure``, training: its first 1024
+  characters become FailureReason, and the toolkit leaves an existing one alone, docs/contracts.md;
+  ``/opt/ml/output/message``, processing: ExitMessage), and exits 1. The task reads the records from the logs of every
   host and fails with the first one (by time), naming its exception type, with its traceback.
 """
 

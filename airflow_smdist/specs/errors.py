@@ -35,13 +35,13 @@ class SpecErrors(SpecError):
         self.args = ("\n".join(str(e) for e in self.errors),)
 
     def __str__(self) -> str:
-        return self.args[0]
+        return str(self.args[0])
 
 
 _UNNATIVE = ("a Jinja template renders to a string unless the DAG sets render_template_as_native_obj=True")
 
 
-def as_mapping(value: object, field: str, example: str) -> dict:
+def as_mapping(value: object, field: str, example: str) -> dict[str, object]:
     """``value`` as a dict (None: empty), or a SpecError naming ``field``. A string that looks like a dict
     or list is what Jinja leaves when the DAG does not render native objects: the error says so."""
     from collections.abc import Mapping

@@ -21,12 +21,13 @@ for the caller (the operator, a test, a script) to run before submitting.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_smdist.specs.errors import MissingUploadLocation, SpecError, as_tags
 from airflow_smdist.specs.training import _as_int  # the builders' one integer coercion
@@ -142,6 +143,76 @@ class ProcessingPlan:
     spark: bool = False
     #: the validated EMR-style configuration (list form), for PySpark jobs
     configuration: list[dict] | None = None
+
+
+# -- the builders' arguments, written once (the operators derive theirs from these) -------------------------
+@dataclass(kw_only=True)
+class ProcessingArguments:
+    """What every processing job takes (the SDK processors' common arguments)."""
+
+    role: str
+    instance_type: str = "ml.m5.xlarge"
+    instance_count: int | str = 1
+    inputs: Any = None
+    outputs: Any = None
+    arguments: list[Any] | None = None
+    code_location: str | None = None
+    volume_size_in_gb: int | str = 30
+    volume_kms_key: str | None = None
+    output_kms_key: str | None = None
+    max_runtime_in_seconds: int | str | None = None
+    env: dict[str, str] | None = None
+    network_config: dict[str, Any] | None = None
+    tags: Any = None
+    experiment_config: dict[str, str] | None = None
+
+
+@dataclass(kw_only=True)
+class PySparkArguments(ProcessingArguments):
+    """``PySparkProcessor(...).run(submit_app, ...)``'s own arguments (see :func:`build_pyspark_processing`)."""
+
+    submit_app: str
+    framework_version: str | None = None
+    py_version: str | None = None
+    container_version: str | None = None
+    image_uri: str | None = None
+    submit_py_files: list[str] | None = None
+    submit_jars: list[str] | None = None
+    submit_files: list[str] | None = None
+    configuration: Any = None
+    spark_event_logs_s3_uri: str | None = None
+    dependency_location: str | None = None
+    configuration_location: str | None = None
+
+
+@dataclass(kw_only=True)
+class ScriptArguments(ProcessingArguments):
+    """``ScriptProcessor`` / ``FrameworkProcessor`` / ``Processor``'s own arguments (see
+    :func:`build_processing`)."""
+
+    image_uri: str | None = None
+    framework: str | None = None
+    framework_version: str | None = None
+    py_version: str | None = None
+    code: str | None = None
+    source_dir: str | None = None
+    command: list[str] | None = None
+    entrypoint: list[str] | None = None
+
+
+_Args = TypeVar("_Args", bound=ProcessingArguments)
+
+
+def _arguments(cls: type[_Args], arguments: dict[str, Any], builder: str) -> _Args:
+    """The builder's keyword arguments as ``cls`` (TypeError for an unknown or missing one, as a function)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(arguments) - names)
+    if unknown:
+        raise TypeError(f"{builder}() got an unexpected keyword argument {unknown[0]!r}")
+    missing = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING and f.name not in arguments]
+    if missing:
+        raise TypeError(f"{builder}() missing required keyword argument {missing[0]!r}")
+    return cls(**arguments)
 
 
 # -- small argument checks -------------------------------------------------------------------------------
@@ -266,6 +337,43 @@ def validate_configuration(configuration: Any, field_name: str = "configuration"
     return [_classification(e, f"{field_name}[{i}]" if listed else field_name, None) for i, e in enumerate(entries)]
 
 
+def _properties(props: Any, where: str) -> dict[str, str]:
+    """A classification's ``Properties`` with numbers and booleans as strings (as EMR takes them)."""
+    if not isinstance(props, dict):
+        raise SpecError(f"{where}.Properties", f"{props!r} is not a mapping of property names to values.",
+                        "give {'spark.executor.memory': '2g'}.")
+    clean_props: dict[str, str] = {}
+    for k, v in props.items():
+        if not isinstance(k, str) or not k:
+            raise SpecError(f"{where}.Properties", f"property name {k!r} is not a non-empty string.",
+                            "name properties with strings.")
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, (int, float)):
+            v = str(v)
+        elif not isinstance(v, str):
+            raise SpecError(f"{where}.Properties[{k!r}]", f"{v!r} is not a string.",
+                            "EMR-style property values are strings (numbers and booleans are converted).")
+        clean_props[k] = v
+    return clean_props
+
+
+def _check_nesting(entry: dict[str, Any], name: str, parent: str | None, where: str) -> None:
+    """``export`` only inside a ``*-env`` classification, and a ``*-env`` one only with ``export`` entries."""
+    if name == "export" and not (parent or "").endswith("-env"):
+        raise SpecError(f"{where}.Classification", "'export' sets environment variables and only means something "
+                        "nested inside a *-env classification.",
+                        "put it under {'Classification': 'spark-env', 'Configurations': [{'Classification': "
+                        "'export', 'Properties': {...}}]}.")
+    if name.endswith("-env"):
+        nested = entry.get("Configurations")
+        if not nested or not all(isinstance(c, dict) and c.get("Classification") == "export" for c in nested):
+            raise SpecError(f"{where}.Configurations", f"{name!r} sets environment variables through nested 'export' "
+                            "classifications, and has none (the Spark container rejects it).",
+                            f"give {{'Classification': '{name}', 'Properties': {{}}, 'Configurations': "
+                            "[{'Classification': 'export', 'Properties': {'NAME': 'value'}}]}.")
+
+
 def _classification(entry: Any, where: str, parent: str | None) -> dict:
     import difflib
 
@@ -285,38 +393,11 @@ def _classification(entry: Any, where: str, parent: str | None) -> dict:
         raise SpecError(f"{where}.Classification", f"{name!r} is not a classification the SageMaker Spark "
                         "container accepts.", f"did you mean '{close[0]}'?" if close else
                         f"use one of {', '.join(SPARK_CLASSIFICATIONS)}.")
-    if name == "export" and not (parent or "").endswith("-env"):
-        raise SpecError(f"{where}.Classification", "'export' sets environment variables and only means something "
-                        "nested inside a *-env classification.",
-                        "put it under {'Classification': 'spark-env', 'Configurations': [{'Classification': "
-                        "'export', 'Properties': {...}}]}.")
-    if name.endswith("-env"):
-        nested = entry.get("Configurations")
-        if not nested or not all(isinstance(c, dict) and c.get("Classification") == "export" for c in nested):
-            raise SpecError(f"{where}.Configurations", f"{name!r} sets environment variables through nested 'export' "
-                            "classifications, and has none (the Spark container rejects it).",
-                            f"give {{'Classification': '{name}', 'Properties': {{}}, 'Configurations': "
-                            "[{'Classification': 'export', 'Properties': {'NAME': 'value'}}]}.")
+    _check_nesting(entry, name, parent, where)
     if "Properties" not in entry and "Configurations" not in entry:
         raise SpecError(f"{where}.Properties", "is required.",
                         "give the classification's properties, e.g. {'spark.executor.memory': '2g'}.")
-    props = entry.get("Properties", {})
-    if not isinstance(props, dict):
-        raise SpecError(f"{where}.Properties", f"{props!r} is not a mapping of property names to values.",
-                        "give {'spark.executor.memory': '2g'}.")
-    clean_props: dict[str, str] = {}
-    for k, v in props.items():
-        if not isinstance(k, str) or not k:
-            raise SpecError(f"{where}.Properties", f"property name {k!r} is not a non-empty string.",
-                            "name properties with strings.")
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        elif isinstance(v, (int, float)):
-            v = str(v)
-        elif not isinstance(v, str):
-            raise SpecError(f"{where}.Properties[{k!r}]", f"{v!r} is not a string.",
-                            "EMR-style property values are strings (numbers and booleans are converted).")
-        clean_props[k] = v
+    clean_props = _properties(entry.get("Properties", {}), where)
     out: dict[str, Any] = {"Classification": name, "Properties": clean_props}
     if "Configurations" in entry:
         nested = entry["Configurations"]
@@ -499,46 +580,44 @@ def _code_input(code: str, job_name: str, code_location: str | None, allow_local
     return entry, basename
 
 
-def _request(*, job_name: str, role: str, image: str, instance_type: str, instance_count: Any,
-             volume_size_in_gb: Any, volume_kms_key: str | None, output_kms_key: str | None,
-             max_runtime_in_seconds: Any, entrypoint: list[str] | None, arguments: list[str],
-             inputs: list[dict], outputs: list[dict], env: dict | None, network_config: Any, tags: Any,
-             experiment_config: dict | None) -> dict[str, Any]:
+def _request(a: ProcessingArguments, *, job_name: str, image: str, entrypoint: list[str] | None,
+             inputs: list[dict[str, Any]], outputs: list[dict[str, Any]]) -> dict[str, Any]:
     """The request in the order and shape of the SDK's ``_get_process_request``."""
     from airflow_smdist.specs import instances
 
-    instances.check_instance_type(instance_type, "instance_type", "processing")
-    cluster = {"InstanceType": instance_type, "InstanceCount": _as_int(instance_count, "instance_count"),
-               "VolumeSizeInGB": _as_int(volume_size_in_gb, "volume_size_in_gb")}
-    if volume_kms_key:
-        cluster["VolumeKmsKeyId"] = volume_kms_key
+    instances.check_instance_type(a.instance_type, "instance_type", "processing")
+    cluster = {"InstanceType": a.instance_type, "InstanceCount": _as_int(a.instance_count, "instance_count"),
+               "VolumeSizeInGB": _as_int(a.volume_size_in_gb, "volume_size_in_gb")}
+    if a.volume_kms_key:
+        cluster["VolumeKmsKeyId"] = a.volume_kms_key
     app: dict[str, Any] = {"ImageUri": image}
+    arguments = _str_list(a.arguments, "arguments")
     if arguments:
         app["ContainerArguments"] = arguments
     if entrypoint:
         app["ContainerEntrypoint"] = entrypoint
     request: dict[str, Any] = {"ProcessingJobName": job_name, "ProcessingResources": {"ClusterConfig": cluster},
-                               "AppSpecification": app, "RoleArn": role}
+                               "AppSpecification": app, "RoleArn": a.role}
     if inputs:
         request["ProcessingInputs"] = inputs
     if outputs:
         request["ProcessingOutputConfig"] = {"Outputs": outputs}
-        if output_kms_key:
-            request["ProcessingOutputConfig"]["KmsKeyId"] = output_kms_key
-    if env:
-        if not isinstance(env, dict):
-            raise SpecError("env", f"{env!r} is not a dict.", "give env={'NAME': 'value'}.")
-        request["Environment"] = {str(k): str(v) for k, v in env.items()}
-    network = network_config_request(network_config)
+        if a.output_kms_key:
+            request["ProcessingOutputConfig"]["KmsKeyId"] = a.output_kms_key
+    if a.env:
+        if not isinstance(a.env, dict):
+            raise SpecError("env", f"{a.env!r} is not a dict.", "give env={'NAME': 'value'}.")
+        request["Environment"] = {str(k): str(v) for k, v in a.env.items()}
+    network = network_config_request(a.network_config)
     if network is not None:
         request["NetworkConfig"] = network
-    if max_runtime_in_seconds is not None:
-        request["StoppingCondition"] = {"MaxRuntimeInSeconds": _as_int(max_runtime_in_seconds, "max_runtime_in_seconds")}
-    formatted = _tags(tags)
+    if a.max_runtime_in_seconds is not None:
+        request["StoppingCondition"] = {"MaxRuntimeInSeconds": _as_int(a.max_runtime_in_seconds, "max_runtime_in_seconds")}
+    formatted = _tags(a.tags)
     if formatted is not None:
         request["Tags"] = formatted
-    if experiment_config:
-        request["ExperimentConfig"] = dict(experiment_config)
+    if a.experiment_config:
+        request["ExperimentConfig"] = dict(a.experiment_config)
     return request
 
 
@@ -569,39 +648,37 @@ def spark_image_uri(framework_version: str, region: str, instance_type: str, py_
                               fields={"other": "framework_version"})
 
 
-def build_pyspark_processing(
-    *,
-    job_name: str,
-    role: str,
-    submit_app: str,
-    instance_type: str = "ml.m5.xlarge",
-    instance_count: int | str = 1,
-    framework_version: str | None = None,
-    py_version: str | None = None,
-    container_version: str | None = None,
-    image_uri: str | None = None,
-    submit_py_files: list[str] | None = None,
-    submit_jars: list[str] | None = None,
-    submit_files: list[str] | None = None,
-    arguments: list[Any] | None = None,
-    inputs: Any = None,
-    outputs: Any = None,
-    configuration: Any = None,
-    spark_event_logs_s3_uri: str | None = None,
-    code_location: str | None = None,
-    dependency_location: str | None = None,
-    configuration_location: str | None = None,
-    volume_size_in_gb: int | str = 30,
-    volume_kms_key: str | None = None,
-    output_kms_key: str | None = None,
-    max_runtime_in_seconds: int | str | None = None,
-    env: dict[str, str] | None = None,
-    network_config: dict[str, Any] | None = None,
-    tags: Any = None,
-    experiment_config: dict[str, str] | None = None,
-    region: str | None = None,
-    allow_local_uris: bool = True,
-) -> ProcessingPlan:
+def _dependency(arg: str, channel: str, value: Any, location: str | None, job_name: str, allow_local: bool,
+                uploads: list[Upload], extra_inputs: list[dict[str, Any]]) -> list[str]:
+    """One of spark-submit's --py-files / --jars / --files: its URIs as the container sees them. Local files
+    are uploaded to ``<location>/<job>/input/<channel>`` and given as that channel's directory (an input)."""
+    paths = _str_list(value, arg)
+    if not paths:
+        raise SpecError(arg, "is an empty list.", "give one or more s3:// URIs or local files, or leave it out.")
+    uris, local = [], []
+    for i, p in enumerate(paths):
+        scheme = p.split("://", 1)[0] if "://" in p else ""
+        if scheme in ("s3", "s3a"):
+            uris.append(p)
+        elif scheme in ("", "file"):
+            local.append(p.removeprefix("file://"))
+        else:
+            raise SpecError(f"{arg}[{i}]", f"{p!r} uses the scheme {scheme!r}.", "give s3:// URIs or local file paths.")
+    if local:
+        names = [os.path.basename(p) for p in local]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup:
+            raise SpecError(arg, f"two local files are named {dup!r}; they would overwrite each other in "
+                            f"/opt/ml/processing/input/{channel}.", "rename one of them.")
+        prefix = _join(_prefix("dependency_location", location, job_name, f"local {arg}", allow_local), channel)
+        uploads.extend(Upload(uri=prefix, what=f"{arg} {p!r}", path=p, field=arg) for p in local)
+        extra_inputs.append(_s3_input(channel, prefix, INPUT_BASE + channel))
+        uris.append(INPUT_BASE + channel)
+    return uris
+
+
+def build_pyspark_processing(*, job_name: str, region: str | None = None, allow_local_uris: bool = True,
+                             **arguments: Any) -> ProcessingPlan:
     """Build the CreateProcessingJob request of ``PySparkProcessor(...).run(submit_app, ...)``.
 
     ``submit_app`` is the PySpark application (a local file, uploaded to ``<code_location>/<job>/input/code/``,
@@ -619,80 +696,53 @@ def build_pyspark_processing(
     ``outputs``: ``{name: 's3://...'}`` or ``{name: {'source': '/opt/ml/processing/output/<name>',
     'destination': 's3://...', 's3_upload_mode': 'EndOfJob'|'Continuous'}}``.
     """
+    a = _arguments(PySparkArguments, arguments, "build_pyspark_processing")
     region = _region(region)
     uploads: list[Upload] = []
-    if framework_version is not None:
-        framework_version = str(framework_version)
-    if image_uri:
-        if framework_version or py_version or container_version:
+    if a.framework_version is not None:
+        a.framework_version = str(a.framework_version)
+    if a.image_uri:
+        if a.framework_version or a.py_version or a.container_version:
             raise SpecError("image_uri", "is given together with framework_version/py_version/container_version.",
                             "give image_uri, or the versions that pick the SageMaker Spark image, not both.")
-        image = image_uri
+        image = a.image_uri
     else:
-        if not framework_version:
+        if not a.framework_version:
             raise SpecError("framework_version", "is required to pick the SageMaker Spark image.",
                             "give framework_version='3.5' (Spark version), or image_uri.")
         from airflow_smdist.specs import instances
 
-        instances.check_instance_type(instance_type, "instance_type", "processing")
-        image = spark_image_uri(framework_version, region, instance_type, py_version, container_version)
+        instances.check_instance_type(a.instance_type, "instance_type", "processing")
+        image = spark_image_uri(a.framework_version, region, a.instance_type, a.py_version, a.container_version)
 
-    user_inputs = _inputs(inputs, job_name, code_location, allow_local_uris, uploads)
-    user_outputs = _outputs(outputs, allow_local_uris)
+    user_inputs = _inputs(a.inputs, job_name, a.code_location, allow_local_uris, uploads)
+    user_outputs = _outputs(a.outputs, allow_local_uris)
     reserved_in = (CODE_INPUT, CONF_INPUT) + tuple(ch for _arg, ch in DEPENDENCY_CHANNELS)
     _check_unique(user_inputs, user_outputs, reserved_in, (SPARK_EVENT_LOGS_OUTPUT,))
 
     # -- smspark-submit options, in PySparkProcessor._extend_processing_args' order ------------------------
     command = [SPARK_COMMAND]
     extra_inputs: list[dict] = []
-    deps = {"submit_py_files": submit_py_files, "submit_jars": submit_jars, "submit_files": submit_files}
+    deps = {"submit_py_files": a.submit_py_files, "submit_jars": a.submit_jars, "submit_files": a.submit_files}
     for arg, channel in DEPENDENCY_CHANNELS:
-        value = deps[arg]
-        if value is None:
+        if deps[arg] is None:
             continue
-        paths = _str_list(value, arg)
-        if not paths:
-            raise SpecError(arg, "is an empty list.", "give one or more s3:// URIs or local files, or leave it out.")
-        uris, local = [], []
-        for i, p in enumerate(paths):
-            scheme = p.split("://", 1)[0] if "://" in p else ""
-            if scheme in ("s3", "s3a"):
-                uris.append(p)
-            elif scheme in ("", "file"):
-                local.append(p[len("file://"):] if scheme == "file" else p)
-            else:
-                raise SpecError(f"{arg}[{i}]", f"{p!r} uses the scheme {scheme!r}.",
-                                "give s3:// URIs or local file paths.")
-        if local:
-            names = [os.path.basename(p) for p in local]
-            dup = next((n for n in names if names.count(n) > 1), None)
-            if dup:
-                raise SpecError(arg, f"two local files are named {dup!r}; they would overwrite each other in "
-                                f"/opt/ml/processing/input/{channel}.", "rename one of them.")
-            prefix = _join(_prefix("dependency_location", dependency_location or code_location, job_name,
-                                   f"local {arg}", allow_local_uris), channel)
-            for p in local:
-                uploads.append(Upload(uri=prefix, what=f"{arg} {p!r}", path=p, field=arg))
-            extra_inputs.append({"InputName": channel,
-                                 "S3Input": {"S3Uri": prefix, "LocalPath": INPUT_BASE + channel,
-                                             "S3DataType": "S3Prefix", "S3InputMode": "File",
-                                             "S3DataDistributionType": "FullyReplicated",
-                                             "S3CompressionType": "None"}})
-            uris.append(INPUT_BASE + channel)
+        uris = _dependency(arg, channel, deps[arg], a.dependency_location or a.code_location, job_name,
+                           allow_local_uris, uploads, extra_inputs)
         command += [f"--{channel}", ",".join(uris)]
 
     spark_outputs: list[dict] = []
-    if spark_event_logs_s3_uri:
-        _check_uri(spark_event_logs_s3_uri, "spark_event_logs_s3_uri", allow_local_uris)
+    if a.spark_event_logs_s3_uri:
+        _check_uri(a.spark_event_logs_s3_uri, "spark_event_logs_s3_uri", allow_local_uris)
         command += ["--local-spark-event-logs-dir", SPARK_EVENT_LOGS_DIR]
         spark_outputs.append({"OutputName": SPARK_EVENT_LOGS_OUTPUT,
-                              "S3Output": {"S3Uri": spark_event_logs_s3_uri, "LocalPath": SPARK_EVENT_LOGS_DIR,
+                              "S3Output": {"S3Uri": a.spark_event_logs_s3_uri, "LocalPath": SPARK_EVENT_LOGS_DIR,
                                            "S3UploadMode": "Continuous"}})
 
     conf = None
-    if configuration:
-        conf = validate_configuration(configuration)
-        prefix = _prefix("configuration_location", configuration_location or code_location, job_name,
+    if a.configuration:
+        conf = validate_configuration(a.configuration)
+        prefix = _prefix("configuration_location", a.configuration_location or a.code_location, job_name,
                          "the Spark configuration", allow_local_uris)
         uri = _join(prefix, CONF_INPUT, CONF_FILE)
         uploads.append(Upload(uri=uri, what="configuration", data=json.dumps(conf).encode("utf-8"),
@@ -703,16 +753,12 @@ def build_pyspark_processing(
                                          "S3DataDistributionType": "FullyReplicated",
                                          "S3CompressionType": "None"}})
 
-    code_entry, script = _code_input(submit_app, job_name, code_location, allow_local_uris, "submit_app", uploads)
+    code_entry, script = _code_input(a.submit_app, job_name, a.code_location, allow_local_uris, "submit_app", uploads)
     entrypoint = command + [INPUT_BASE + CODE_INPUT + "/" + script]
 
-    request = _request(job_name=job_name, role=role, image=image, instance_type=instance_type,
-                       instance_count=instance_count, volume_size_in_gb=volume_size_in_gb,
-                       volume_kms_key=volume_kms_key, output_kms_key=output_kms_key,
-                       max_runtime_in_seconds=max_runtime_in_seconds, entrypoint=entrypoint,
-                       arguments=_str_list(arguments, "arguments"),
-                       inputs=user_inputs + extra_inputs + [code_entry], outputs=user_outputs + spark_outputs,
-                       env=env, network_config=network_config, tags=tags, experiment_config=experiment_config)
+    request = _request(a, job_name=job_name, image=image, entrypoint=entrypoint,
+                       inputs=user_inputs + extra_inputs + [code_entry],
+                       outputs=user_outputs + spark_outputs)
     validate_request(OPERATION, request, allow_local_uris=allow_local_uris)
     return ProcessingPlan(request=request, uploads=uploads, spark=True, configuration=conf)
 
@@ -784,35 +830,8 @@ def _source_bundle(source_dir: str, code: str | None, command: list[str] | None,
     return inputs, list(RUNPROC_COMMAND)
 
 
-def build_processing(
-    *,
-    job_name: str,
-    role: str,
-    image_uri: str | None = None,
-    framework: str | None = None,
-    framework_version: str | None = None,
-    py_version: str | None = None,
-    code: str | None = None,
-    source_dir: str | None = None,
-    command: list[str] | None = None,
-    entrypoint: list[str] | None = None,
-    arguments: list[Any] | None = None,
-    inputs: Any = None,
-    outputs: Any = None,
-    instance_type: str = "ml.m5.xlarge",
-    instance_count: int | str = 1,
-    code_location: str | None = None,
-    volume_size_in_gb: int | str = 30,
-    volume_kms_key: str | None = None,
-    output_kms_key: str | None = None,
-    max_runtime_in_seconds: int | str | None = None,
-    env: dict[str, str] | None = None,
-    network_config: dict[str, Any] | None = None,
-    tags: Any = None,
-    experiment_config: dict[str, str] | None = None,
-    region: str | None = None,
-    allow_local_uris: bool = True,
-) -> ProcessingPlan:
+def build_processing(*, job_name: str, region: str | None = None, allow_local_uris: bool = True,
+                     **arguments: Any) -> ProcessingPlan:
     """Build the CreateProcessingJob request of a plain processing job.
 
     With ``code`` (a local script, uploaded to ``<code_location>/<job>/input/code/``, or an s3:// URI): what
@@ -831,51 +850,48 @@ def build_processing(
     ``command`` (default ``["python"]``) ``<code> <arguments>``; the entry point is
     ``["/bin/bash", "/opt/ml/processing/input/entrypoint/runproc.sh"]``.
     """
+    a = _arguments(ScriptArguments, arguments, "build_processing")
     region = _region(region)
     uploads: list[Upload] = []
-    if bool(image_uri) == bool(framework):
-        raise SpecError("image_uri", f"{'both' if image_uri else 'neither'} of image_uri and framework given.",
+    if bool(a.image_uri) == bool(a.framework):
+        raise SpecError("image_uri", f"{'both' if a.image_uri else 'neither'} of image_uri and framework given.",
                         "give image_uri='<ecr uri>', or framework='sklearn' with framework_version='1.2-1'.")
-    if framework:
-        if not framework_version:
-            raise SpecError("framework_version", f"is required with framework={framework!r}.",
+    if a.framework:
+        if not a.framework_version:
+            raise SpecError("framework_version", f"is required with framework={a.framework!r}.",
                             "give framework_version='1.2-1' (sklearn), '2.5' (pytorch), ...")
         from airflow_smdist.specs import instances
 
-        instances.check_instance_type(instance_type, "instance_type", "processing")
-        image = script_image_uri(framework, framework_version, region, instance_type, py_version)
+        instances.check_instance_type(a.instance_type, "instance_type", "processing")
+        image = script_image_uri(a.framework, a.framework_version, region, a.instance_type, a.py_version)
     else:
-        image = image_uri
-    if code and entrypoint:
+        image = a.image_uri
+    if a.code and a.entrypoint:
         raise SpecError("entrypoint", "is built from command + code when code is given.",
                         "give code (and command), or entrypoint, not both.")
-    if command is not None and not code:
+    if a.command is not None and not a.code:
         raise SpecError("command", "only applies with code (it runs the code script).",
                         "give code='preprocess.py', or put the whole command in entrypoint.")
-    user_inputs = _inputs(inputs, job_name, code_location, allow_local_uris, uploads)
-    user_outputs = _outputs(outputs, allow_local_uris)
-    reserved = (CODE_INPUT, ENTRYPOINT_INPUT) if source_dir else (CODE_INPUT,) if code else ()
+    user_inputs = _inputs(a.inputs, job_name, a.code_location, allow_local_uris, uploads)
+    user_outputs = _outputs(a.outputs, allow_local_uris)
+    reserved = (CODE_INPUT, ENTRYPOINT_INPUT) if a.source_dir else (CODE_INPUT,) if a.code else ()
     _check_unique(user_inputs, user_outputs, reserved, ())
     all_inputs = list(user_inputs)
-    if source_dir:
-        bundle_inputs, final_entrypoint = _source_bundle(source_dir, code, command, job_name, code_location,
+    if a.source_dir:
+        bundle_inputs, final_entrypoint = _source_bundle(a.source_dir, a.code, a.command, job_name, a.code_location,
                                                          allow_local_uris, uploads)
         all_inputs += bundle_inputs
-    elif code:
-        cmd = _str_list(command, "command") if command is not None else ["python3"]
+    elif a.code:
+        cmd = _str_list(a.command, "command") if a.command is not None else ["python3"]
         if not cmd:
             raise SpecError("command", "is empty.", "give the interpreter, e.g. ['python3'] or ['bash'].")
-        code_entry, script = _code_input(code, job_name, code_location, allow_local_uris, "code", uploads)
+        code_entry, script = _code_input(a.code, job_name, a.code_location, allow_local_uris, "code", uploads)
         all_inputs.append(code_entry)
         final_entrypoint = cmd + [INPUT_BASE + CODE_INPUT + "/" + script]
     else:
-        final_entrypoint = _str_list(entrypoint, "entrypoint") if entrypoint is not None else None
-    request = _request(job_name=job_name, role=role, image=image, instance_type=instance_type,
-                       instance_count=instance_count, volume_size_in_gb=volume_size_in_gb,
-                       volume_kms_key=volume_kms_key, output_kms_key=output_kms_key,
-                       max_runtime_in_seconds=max_runtime_in_seconds, entrypoint=final_entrypoint,
-                       arguments=_str_list(arguments, "arguments"), inputs=all_inputs, outputs=user_outputs,
-                       env=env, network_config=network_config, tags=tags, experiment_config=experiment_config)
+        final_entrypoint = _str_list(a.entrypoint, "entrypoint") if a.entrypoint is not None else None
+    request = _request(a, job_name=job_name, image=image, entrypoint=final_entrypoint, inputs=all_inputs,
+                       outputs=user_outputs)
     validate_request(OPERATION, request, allow_local_uris=allow_local_uris)
     return ProcessingPlan(request=request, uploads=uploads, spark=False)
 

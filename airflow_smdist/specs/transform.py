@@ -114,6 +114,38 @@ class ModelPlan:
         return self.request["PrimaryContainer"]["ModelDataUrl"]
 
 
+def _inference_code(model_name: str, entry_point: str | None, source_dir: str | None, code_location: str | None,
+                    program: str) -> tuple[dict[str, str], str | None, str | None]:
+    """SAGEMAKER_PROGRAM / SAGEMAKER_SUBMIT_DIRECTORY, the source URI and what to pack (framework models)."""
+    env: dict[str, str] = {}
+    source_uri: str | None = None
+    pack: str | None = None
+    if entry_point:
+        if os.path.isabs(entry_point) and source_dir or ".." in entry_point.split("/"):
+            raise SpecError("entry_point", f"{entry_point!r} must be a path inside source_dir.",
+                            "give it relative to source_dir, e.g. 'inference.py'.")
+        if source_dir and source_dir.startswith("s3://"):
+            if not source_dir.endswith(".tar.gz"):
+                raise SpecError("source_dir", f"{source_dir!r} is an S3 URI but not a .tar.gz.",
+                                "point it at a sourcedir.tar.gz, or give a local directory.")
+            source_uri = source_dir
+        else:
+            if not code_location:
+                raise MissingUploadLocation("code_location", "is required to upload the inference code.",
+                                "give an S3 prefix, e.g. code_location='s3://my-bucket/code'.")
+            source_uri = f"{code_location.rstrip('/')}/{model_name}/sourcedir.tar.gz"
+            pack = source_dir or entry_point
+        program_name = entry_point if source_dir else os.path.basename(entry_point)
+        env.update({"SAGEMAKER_PROGRAM": program_name, "SAGEMAKER_SUBMIT_DIRECTORY": source_uri})
+    else:
+        if source_dir:
+            raise SpecError("source_dir", "has no effect without entry_point.",
+                            "give entry_point='inference.py' too, or leave both out when model.tar.gz holds "
+                            "code/inference.py.")
+        env.update({"SAGEMAKER_PROGRAM": program, "SAGEMAKER_SUBMIT_DIRECTORY": CODE_IN_MODEL})
+    return env, source_uri, pack
+
+
 def build_model(
     *,
     model_name: str,
@@ -160,32 +192,7 @@ def build_model(
     if not isinstance(model_data, str) or "://" not in model_data:
         raise SpecError("model_data", f"{model_data!r} is not a URI.",
                         "give the s3:// URI of model.tar.gz (a training job's ModelArtifacts.S3ModelArtifacts).")
-    env = {}
-    source_uri = None
-    pack = None
-    if entry_point:
-        if os.path.isabs(entry_point) and source_dir or ".." in entry_point.split("/"):
-            raise SpecError("entry_point", f"{entry_point!r} must be a path inside source_dir.",
-                            "give it relative to source_dir, e.g. 'inference.py'.")
-        if source_dir and source_dir.startswith("s3://"):
-            if not source_dir.endswith(".tar.gz"):
-                raise SpecError("source_dir", f"{source_dir!r} is an S3 URI but not a .tar.gz.",
-                                "point it at a sourcedir.tar.gz, or give a local directory.")
-            source_uri = source_dir
-        else:
-            if not code_location:
-                raise MissingUploadLocation("code_location", "is required to upload the inference code.",
-                                "give an S3 prefix, e.g. code_location='s3://my-bucket/code'.")
-            source_uri = f"{code_location.rstrip('/')}/{model_name}/sourcedir.tar.gz"
-            pack = source_dir or entry_point
-        program_name = entry_point if source_dir else os.path.basename(entry_point)
-        env.update({"SAGEMAKER_PROGRAM": program_name, "SAGEMAKER_SUBMIT_DIRECTORY": source_uri})
-    else:
-        if source_dir:
-            raise SpecError("source_dir", "has no effect without entry_point.",
-                            "give entry_point='inference.py' too, or leave both out when model.tar.gz holds "
-                            "code/inference.py.")
-        env.update({"SAGEMAKER_PROGRAM": program, "SAGEMAKER_SUBMIT_DIRECTORY": CODE_IN_MODEL})
+    env, source_uri, pack = _inference_code(model_name, entry_point, source_dir, code_location, program)
     env.update({"SAGEMAKER_CONTAINER_LOG_LEVEL": str(int(container_log_level)), "SAGEMAKER_REGION": region})
     env.update(_env(environment, "environment"))
     request: dict[str, Any] = {
@@ -323,6 +330,47 @@ def check_settings(*, content_type: str | None = None, accept: str | None = None
                              invocations_max_retries=retries, advice=advice)
 
 
+def _transform_io(s: TransformSettings, data_type: str, input_uri: str, output_uri: str, compression: Any,
+                  split_type: Any, output_kms_key: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """TransformInput and TransformOutput."""
+    transform_input: dict[str, Any] = {"DataSource": {"S3DataSource": {"S3DataType": data_type, "S3Uri": input_uri}}}
+    if s.content_type:
+        transform_input["ContentType"] = s.content_type
+    if compression:
+        transform_input["CompressionType"] = s.compression
+    if split_type:
+        transform_input["SplitType"] = s.split_type
+    transform_output: dict[str, Any] = {"S3OutputPath": output_uri}
+    if s.accept:
+        transform_output["Accept"] = s.accept
+    if s.assemble_with:
+        transform_output["AssembleWith"] = s.assemble_with
+    if output_kms_key:
+        transform_output["KmsKeyId"] = output_kms_key
+    return transform_input, transform_output
+
+
+def _settings_members(s: TransformSettings) -> dict[str, Any]:
+    """BatchStrategy, MaxConcurrentTransforms, MaxPayloadInMB, ModelClientConfig, DataProcessing."""
+    request: dict[str, Any] = {}
+    if s.batch_strategy:
+        request["BatchStrategy"] = s.batch_strategy
+    if s.max_concurrent_transforms is not None:
+        request["MaxConcurrentTransforms"] = s.max_concurrent_transforms
+    if s.max_payload_mb is not None:
+        request["MaxPayloadInMB"] = s.max_payload_mb
+    mc = {}
+    if s.invocations_timeout is not None:
+        mc["InvocationsTimeoutInSeconds"] = s.invocations_timeout
+    if s.invocations_max_retries is not None:
+        mc["InvocationsMaxRetries"] = s.invocations_max_retries
+    if mc:
+        request["ModelClientConfig"] = mc
+    if s.data_processing:
+        request["DataProcessing"] = s.data_processing
+    return request
+
+
 def build_transform(
     *,
     job_name: str,
@@ -377,44 +425,18 @@ def build_transform(
                        max_concurrent_transforms=max_concurrent_transforms, assemble_with=assemble_with,
                        input_filter=input_filter, join_source=join_source, output_filter=output_filter,
                        invocations_timeout=invocations_timeout, invocations_max_retries=invocations_max_retries)
-    transform_input: dict[str, Any] = {"DataSource": {"S3DataSource": {"S3DataType": data_type, "S3Uri": input_uri}}}
-    if s.content_type:
-        transform_input["ContentType"] = s.content_type
-    if compression:
-        transform_input["CompressionType"] = s.compression
-    if split_type:
-        transform_input["SplitType"] = s.split_type
-    transform_output: dict[str, Any] = {"S3OutputPath": output_uri}
-    if s.accept:
-        transform_output["Accept"] = s.accept
-    if s.assemble_with:
-        transform_output["AssembleWith"] = s.assemble_with
-    if output_kms_key:
-        transform_output["KmsKeyId"] = output_kms_key
+    transform_input, transform_output = _transform_io(s, data_type, input_uri, output_uri, compression,
+                                                      split_type, output_kms_key)
     resources: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": count}
     if volume_kms_key:
         resources["VolumeKmsKeyId"] = volume_kms_key
     request: dict[str, Any] = {"TransformJobName": job_name, "ModelName": model_name,
                                "TransformInput": transform_input, "TransformOutput": transform_output,
                                "TransformResources": resources}
-    if s.batch_strategy:
-        request["BatchStrategy"] = s.batch_strategy
-    if s.max_concurrent_transforms is not None:
-        request["MaxConcurrentTransforms"] = s.max_concurrent_transforms
-    if s.max_payload_mb is not None:
-        request["MaxPayloadInMB"] = s.max_payload_mb
+    request.update(_settings_members(s))
     env = _env(environment, "environment")
     if env:
         request["Environment"] = env
-    mc = {}
-    if s.invocations_timeout is not None:
-        mc["InvocationsTimeoutInSeconds"] = s.invocations_timeout
-    if s.invocations_max_retries is not None:
-        mc["InvocationsMaxRetries"] = s.invocations_max_retries
-    if mc:
-        request["ModelClientConfig"] = mc
-    if s.data_processing:
-        request["DataProcessing"] = s.data_processing
     tag_list = _tags(tags)
     if tag_list:
         request["Tags"] = tag_list

@@ -153,6 +153,21 @@ def encode_categorical(value: Any, script_mode: bool) -> str:
     return str(value)
 
 
+def _numeric_entry(name: str, spec: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
+    """An integer or continuous range in the API's shape."""
+    lo, hi = _get(spec, "min"), _get(spec, "max")
+    if lo is None or hi is None:
+        raise SpecError(where, f"a {kind} range needs both min and max.", "give {'min': .., 'max': ..}.")
+    integer = kind == "integer"
+    entry = {"Name": name, "MinValue": _bound_text(_number(lo, f"{where}.min", integer), integer),
+             "MaxValue": _bound_text(_number(hi, f"{where}.max", integer), integer)}
+    if not integer:  # keep the author's spelling of the bounds ("1e-4")
+        entry["MinValue"], entry["MaxValue"] = _bound_text(lo, False), _bound_text(hi, False)
+    scaling = _get(spec, "scaling")
+    entry["ScalingType"] = "Auto" if scaling is None else _choice(scaling, SCALING_TYPES, f"{where}.scaling")
+    return entry
+
+
 def parameter_ranges(ranges: dict[str, Any], *, script_mode: bool) -> dict[str, list[dict[str, Any]]]:
     """``{"learning_rate": {"type": "continuous", "min": 1e-3, "max": 0.3, "scaling": "Logarithmic"},
     "max_depth": {"type": "integer", "min": 2, "max": 8}, "loss": ["squared_error", "huber"]}`` -> the
@@ -206,16 +221,7 @@ def parameter_ranges(ranges: dict[str, Any], *, script_mode: bool) -> dict[str, 
                                 "give e.g. ['adam', 'sgd'].")
             entry = {"Name": name, "Values": [encode_categorical(v, script_mode) for v in values]}
         else:
-            lo, hi = _get(spec, "min"), _get(spec, "max")
-            if lo is None or hi is None:
-                raise SpecError(where, f"a {kind} range needs both min and max.", "give {'min': .., 'max': ..}.")
-            integer = kind == "integer"
-            entry = {"Name": name, "MinValue": _bound_text(_number(lo, f"{where}.min", integer), integer),
-                     "MaxValue": _bound_text(_number(hi, f"{where}.max", integer), integer)}
-            if not integer:  # keep the author's spelling of the bounds ("1e-4")
-                entry["MinValue"], entry["MaxValue"] = _bound_text(lo, False), _bound_text(hi, False)
-            scaling = _get(spec, "scaling")
-            entry["ScalingType"] = "Auto" if scaling is None else _choice(scaling, SCALING_TYPES, f"{where}.scaling")
+            entry = _numeric_entry(name, spec, kind, where)
         out.setdefault(RANGE_KINDS[kind], []).append(entry)
     return out
 
@@ -252,53 +258,49 @@ def infer_max_resource(static_hyperparameters: dict[str, str]) -> tuple[int, str
     return None
 
 
-# ---- the rules, over the API shape (shared by the builder and the local backend) --------------------------
-def range_errors(ranges: dict[str, list[dict]], where: str = "HyperParameterTuningJobConfig.ParameterRanges"
-                 ) -> list[SpecError]:
-    """What SageMaker rejects in ParameterRanges that botocore's model does not: bounds, scaling, names."""
+def _numeric_range_errors(r: dict[str, Any], path: str, integer: bool) -> list[SpecError]:
+    """Bounds and scaling of one integer or continuous range."""
+    name = r.get("Name", "")
+    try:
+        lo = _number(r.get("MinValue"), f"{path}.MinValue", integer)
+        hi = _number(r.get("MaxValue"), f"{path}.MaxValue", integer)
+    except SpecError as e:
+        return [e]
+    label = f"{path} ({name})"
+    if lo > hi:
+        return [SpecError(label, f"MinValue {r['MinValue']} is greater than MaxValue {r['MaxValue']}.",
+                          "swap the bounds so that MinValue <= MaxValue.")]
+    errors = []
+    scaling = r.get("ScalingType", "Auto")
+    if scaling == "Logarithmic" and lo <= 0:
+        errors.append(SpecError(label, f"Logarithmic scaling needs values above 0, but MinValue is {r['MinValue']}.",
+                                "raise MinValue above 0, or use Linear scaling."))
+    if scaling == "ReverseLogarithmic":
+        if integer:
+            errors.append(SpecError(label, "ReverseLogarithmic scaling applies to continuous ranges only.",
+                                    "use Linear or Logarithmic for an integer range, or make it continuous."))
+        elif lo < 0 or hi >= 1:
+            errors.append(SpecError(label, f"ReverseLogarithmic scaling needs 0 <= value < 1, but the range is "
+                                    f"[{r['MinValue']}, {r['MaxValue']}].",
+                                    "keep the range within [0, 1) (e.g. a momentum of 0.9-0.999), or use Linear."))
+    return errors
+
+
+def _categorical_range_errors(r: dict[str, Any], path: str) -> list[SpecError]:
+    errors = []
+    values = r.get("Values") or []
+    if len(values) > MAX_CATEGORICAL_VALUES:
+        errors.append(SpecError(path, f"has {len(values)} values; at most {MAX_CATEGORICAL_VALUES} are allowed.",
+                                "give at most 30 values, or make it an integer/continuous range."))
+    dup = sorted({v for v in values if values.count(v) > 1})
+    if dup:
+        errors.append(SpecError(path, f"lists {dup[0]!r} more than once.", "give each value once."))
+    return errors
+
+
+def _name_errors(names: list[str], where: str) -> list[SpecError]:
+    """Each hyperparameter tuned once, named, not one SageMaker sets; at most MAX_SEARCHABLE."""
     errors: list[SpecError] = []
-    names: list[str] = []
-    for key in ("IntegerParameterRanges", "ContinuousParameterRanges"):
-        integer = key == "IntegerParameterRanges"
-        for i, r in enumerate(ranges.get(key, []) or []):
-            path = f"{where}.{key}[{i}]"
-            name = r.get("Name", "")
-            names.append(name)
-            try:
-                lo = _number(r.get("MinValue"), f"{path}.MinValue", integer)
-                hi = _number(r.get("MaxValue"), f"{path}.MaxValue", integer)
-            except SpecError as e:
-                errors.append(e)
-                continue
-            label = f"{path} ({name})"
-            if lo > hi:
-                errors.append(SpecError(label, f"MinValue {r['MinValue']} is greater than MaxValue {r['MaxValue']}.",
-                                        "swap the bounds so that MinValue <= MaxValue."))
-                continue
-            scaling = r.get("ScalingType", "Auto")
-            if scaling == "Logarithmic" and lo <= 0:
-                errors.append(SpecError(label, f"Logarithmic scaling needs values above 0, but MinValue is {r['MinValue']}.",
-                                        "raise MinValue above 0, or use Linear scaling."))
-            if scaling == "ReverseLogarithmic":
-                if integer:
-                    errors.append(SpecError(label, "ReverseLogarithmic scaling applies to continuous ranges only.",
-                                            "use Linear or Logarithmic for an integer range, or make it continuous."))
-                elif lo < 0 or hi >= 1:
-                    errors.append(SpecError(label, f"ReverseLogarithmic scaling needs 0 <= value < 1, but the range is "
-                                            f"[{r['MinValue']}, {r['MaxValue']}].",
-                                            "keep the range within [0, 1) (e.g. a momentum of 0.9-0.999), or use Linear."))
-    for i, r in enumerate(ranges.get("CategoricalParameterRanges", []) or []):
-        path = f"{where}.CategoricalParameterRanges[{i}] ({r.get('Name', '')})"
-        names.append(r.get("Name", ""))
-        values = r.get("Values") or []
-        if len(values) > MAX_CATEGORICAL_VALUES:
-            errors.append(SpecError(path, f"has {len(values)} values; at most {MAX_CATEGORICAL_VALUES} are allowed.",
-                                    "give at most 30 values, or make it an integer/continuous range."))
-        dup = sorted({v for v in values if values.count(v) > 1})
-        if dup:
-            errors.append(SpecError(path, f"lists {dup[0]!r} more than once.", "give each value once."))
-    for r in ranges.get("AutoParameters", []) or []:
-        names.append(r.get("Name", ""))
     for name in sorted({n for n in names if names.count(n) > 1}):
         errors.append(SpecError(f"{where} ({name})", f"hyperparameter {name!r} has more than one range.",
                                 "give each hyperparameter one range."))
@@ -312,6 +314,24 @@ def range_errors(ranges: dict[str, list[dict]], where: str = "HyperParameterTuni
         errors.append(SpecError(where, f"{len(names)} hyperparameters are searched; at most {MAX_SEARCHABLE} are allowed.",
                                 "tune at most 30 hyperparameters; fix the others as static hyperparameters."))
     return errors
+
+
+# ---- the rules, over the API shape (shared by the builder and the local backend) --------------------------
+def range_errors(ranges: dict[str, list[dict]], where: str = "HyperParameterTuningJobConfig.ParameterRanges"
+                 ) -> list[SpecError]:
+    """What SageMaker rejects in ParameterRanges that botocore's model does not: bounds, scaling, names."""
+    errors: list[SpecError] = []
+    names: list[str] = []
+    for key in ("IntegerParameterRanges", "ContinuousParameterRanges"):
+        for i, r in enumerate(ranges.get(key, []) or []):
+            names.append(r.get("Name", ""))
+            errors += _numeric_range_errors(r, f"{where}.{key}[{i}]", key == "IntegerParameterRanges")
+    for i, r in enumerate(ranges.get("CategoricalParameterRanges", []) or []):
+        names.append(r.get("Name", ""))
+        errors += _categorical_range_errors(r, f"{where}.CategoricalParameterRanges[{i}] ({r.get('Name', '')})")
+    for r in ranges.get("AutoParameters", []) or []:
+        names.append(r.get("Name", ""))
+    return errors + _name_errors(names, where)
 
 
 def definition_errors(definition: dict, ranges: dict, objective: dict | None, where: str) -> list[SpecError]:
@@ -331,6 +351,84 @@ def definition_errors(definition: dict, ranges: dict, objective: dict | None, wh
                                 + (f" (defined: {', '.join(metric_names)})." if metric_names else "."),
                                 f"add {{'Name': '{obj_name}', 'Regex': '...'}} to metric_definitions: SageMaker reads the "
                                 "objective from the training job's logs with that regex."))
+    return errors
+
+
+def _limit_errors(cfg: dict[str, Any], strategy: Any, all_ranges: list[tuple[str, dict[str, Any]]],
+                  where: str) -> list[SpecError]:
+    """Grid takes categorical ranges only and runs every combination; other strategies need a limit."""
+    errors: list[SpecError] = []
+    limits = cfg.get("ResourceLimits") or {}
+    max_jobs = limits.get("MaxNumberOfTrainingJobs")
+    if strategy == "Grid":
+        for path, r in all_ranges:
+            other = [k for k in ("IntegerParameterRanges", "ContinuousParameterRanges", "AutoParameters") if r.get(k)]
+            if other:
+                bad = [x["Name"] for k in other for x in r[k]]
+                names = bad[0] + " is" if len(bad) == 1 else ", ".join(bad[:-1]) + f" and {bad[-1]} are"
+                errors.append(SpecError(f"{path}.{other[0]}", f"Grid search takes categorical ranges only ({names} "
+                                        "not categorical).",
+                                        "give each a list of values (a categorical range), or use Random/Bayesian."))
+            elif r.get("CategoricalParameterRanges"):
+                combos = grid_size(r)
+                if max_jobs is not None and max_jobs != combos:
+                    errors.append(SpecError(f"{where}.ResourceLimits.MaxNumberOfTrainingJobs",
+                                            f"is {max_jobs}, but Grid runs every combination: {combos}.",
+                                            f"omit it (it is computed as {combos}) or set it to {combos}."))
+    elif max_jobs is None and not cfg.get("TuningJobCompletionCriteria"):
+        errors.append(SpecError(f"{where}.ResourceLimits.MaxNumberOfTrainingJobs",
+                                f"is required with the {strategy} strategy.", "give max_jobs (e.g. 20)."))
+    return errors
+
+
+def _hyperband_errors(cfg: dict[str, Any], strategy: Any, definitions: list[dict[str, Any]],
+                      where: str) -> list[SpecError]:
+    """StrategyConfig only with Hyperband; Hyperband without early stopping, with MaxResource known."""
+    errors: list[SpecError] = []
+    strategy_config = cfg.get("StrategyConfig") or {}
+    if strategy_config and strategy != "Hyperband":
+        errors.append(SpecError(f"{where}.StrategyConfig", f"only applies to the Hyperband strategy, not {strategy}.",
+                                "drop it, or use strategy='Hyperband'."))
+    if strategy == "Hyperband":
+        if cfg.get("TrainingJobEarlyStoppingType", "Off") != "Off":
+            errors.append(SpecError(f"{where}.TrainingJobEarlyStoppingType",
+                                    "Hyperband stops trials itself; TrainingJobEarlyStoppingType must be Off.",
+                                    "set early_stopping_type='Off' (the default) with Hyperband."))
+        hb = strategy_config.get("HyperbandStrategyConfig") or {}
+        lo = hb.get("MinResource", 1)
+        hi = hb.get("MaxResource")
+        if hi is None:
+            inferred = [infer_max_resource(d.get("StaticHyperParameters") or {}) for d in definitions]
+            if not definitions or None in inferred:
+                errors.append(SpecError(f"{where}.StrategyConfig.HyperbandStrategyConfig.MaxResource",
+                                        "is missing and cannot be inferred: no static hyperparameter "
+                                        f"{', '.join(EPOCH_KEYS)} holds a whole number of epochs.",
+                                        "give hyperband_max_resource (the number of objective reports, e.g. epochs, "
+                                        "of a full trial), or a static 'epochs' hyperparameter."))
+            else:
+                hi = min(v for v, _k in inferred)
+        if hi is not None:
+            if hi > HYPERBAND_MAX_RESOURCE:
+                errors.append(SpecError(f"{where}.StrategyConfig.HyperbandStrategyConfig.MaxResource",
+                                        f"{hi} is above the maximum {HYPERBAND_MAX_RESOURCE}.",
+                                        f"use at most {HYPERBAND_MAX_RESOURCE}."))
+            if isinstance(lo, int) and lo > hi:
+                errors.append(SpecError(f"{where}.StrategyConfig.HyperbandStrategyConfig",
+                                        f"MinResource {lo} is greater than MaxResource {hi}.",
+                                        "make MinResource <= MaxResource."))
+    return errors
+
+
+def _warm_start_errors(request: dict[str, Any]) -> list[SpecError]:
+    errors: list[SpecError] = []
+    warm = request.get("WarmStartConfig") or {}
+    parents = [p.get("HyperParameterTuningJobName") for p in warm.get("ParentHyperParameterTuningJobs") or []]
+    for name in sorted({p for p in parents if parents.count(p) > 1}):
+        errors.append(SpecError(f"{OPERATION}.WarmStartConfig.ParentHyperParameterTuningJobs",
+                                f"names {name!r} more than once.", "list each parent tuning job once."))
+    if request.get("HyperParameterTuningJobName") in parents:
+        errors.append(SpecError(f"{OPERATION}.WarmStartConfig.ParentHyperParameterTuningJobs",
+                                "names the tuning job itself.", "warm-start from earlier tuning jobs."))
     return errors
 
 
@@ -369,65 +467,9 @@ def check_tuning_request(request: dict[str, Any]) -> None:
             f"{OPERATION}.TrainingJobDefinitions[{i}]"
         errors += definition_errors(d, d.get("HyperParameterRanges") or ranges, d.get("TuningObjective") or objective, path)
 
-    limits = cfg.get("ResourceLimits") or {}
-    max_jobs = limits.get("MaxNumberOfTrainingJobs")
-    if strategy == "Grid":
-        for path, r in all_ranges:
-            other = [k for k in ("IntegerParameterRanges", "ContinuousParameterRanges", "AutoParameters") if r.get(k)]
-            if other:
-                bad = [x["Name"] for k in other for x in r[k]]
-                names = bad[0] + " is" if len(bad) == 1 else ", ".join(bad[:-1]) + f" and {bad[-1]} are"
-                errors.append(SpecError(f"{path}.{other[0]}", f"Grid search takes categorical ranges only ({names} "
-                                        "not categorical).",
-                                        "give each a list of values (a categorical range), or use Random/Bayesian."))
-            elif r.get("CategoricalParameterRanges"):
-                combos = grid_size(r)
-                if max_jobs is not None and max_jobs != combos:
-                    errors.append(SpecError(f"{where}.ResourceLimits.MaxNumberOfTrainingJobs",
-                                            f"is {max_jobs}, but Grid runs every combination: {combos}.",
-                                            f"omit it (it is computed as {combos}) or set it to {combos}."))
-    elif max_jobs is None and not cfg.get("TuningJobCompletionCriteria"):
-        errors.append(SpecError(f"{where}.ResourceLimits.MaxNumberOfTrainingJobs",
-                                f"is required with the {strategy} strategy.", "give max_jobs (e.g. 20)."))
-    strategy_config = cfg.get("StrategyConfig") or {}
-    if strategy_config and strategy != "Hyperband":
-        errors.append(SpecError(f"{where}.StrategyConfig", f"only applies to the Hyperband strategy, not {strategy}.",
-                                "drop it, or use strategy='Hyperband'."))
-    if strategy == "Hyperband":
-        if cfg.get("TrainingJobEarlyStoppingType", "Off") != "Off":
-            errors.append(SpecError(f"{where}.TrainingJobEarlyStoppingType",
-                                    "Hyperband stops trials itself; TrainingJobEarlyStoppingType must be Off.",
-                                    "set early_stopping_type='Off' (the default) with Hyperband."))
-        hb = strategy_config.get("HyperbandStrategyConfig") or {}
-        lo = hb.get("MinResource", 1)
-        hi = hb.get("MaxResource")
-        if hi is None:
-            inferred = [infer_max_resource(d.get("StaticHyperParameters") or {}) for d in definitions]
-            if not definitions or None in inferred:
-                errors.append(SpecError(f"{where}.StrategyConfig.HyperbandStrategyConfig.MaxResource",
-                                        "is missing and cannot be inferred: no static hyperparameter "
-                                        f"{', '.join(EPOCH_KEYS)} holds a whole number of epochs.",
-                                        "give hyperband_max_resource (the number of objective reports, e.g. epochs, "
-                                        "of a full trial), or a static 'epochs' hyperparameter."))
-            else:
-                hi = min(v for v, _k in inferred)
-        if hi is not None:
-            if hi > HYPERBAND_MAX_RESOURCE:
-                errors.append(SpecError(f"{where}.StrategyConfig.HyperbandStrategyConfig.MaxResource",
-                                        f"{hi} is above the maximum {HYPERBAND_MAX_RESOURCE}.",
-                                        f"use at most {HYPERBAND_MAX_RESOURCE}."))
-            if isinstance(lo, int) and lo > hi:
-                errors.append(SpecError(f"{where}.StrategyConfig.HyperbandStrategyConfig",
-                                        f"MinResource {lo} is greater than MaxResource {hi}.",
-                                        "make MinResource <= MaxResource."))
-    warm = request.get("WarmStartConfig") or {}
-    parents = [p.get("HyperParameterTuningJobName") for p in warm.get("ParentHyperParameterTuningJobs") or []]
-    for name in sorted({p for p in parents if parents.count(p) > 1}):
-        errors.append(SpecError(f"{OPERATION}.WarmStartConfig.ParentHyperParameterTuningJobs",
-                                f"names {name!r} more than once.", "list each parent tuning job once."))
-    if request.get("HyperParameterTuningJobName") in parents:
-        errors.append(SpecError(f"{OPERATION}.WarmStartConfig.ParentHyperParameterTuningJobs",
-                                "names the tuning job itself.", "warm-start from earlier tuning jobs."))
+    errors += _limit_errors(cfg, strategy, all_ranges, where)
+    errors += _hyperband_errors(cfg, strategy, definitions, where)
+    errors += _warm_start_errors(request)
     if errors:
         raise SpecErrors(errors)
 
@@ -451,6 +493,71 @@ def training_definition(training_request: dict[str, Any], tuned: list[str]) -> d
         if key in training_request:
             definition[key] = training_request[key]
     return definition
+
+
+def _resource_limits(strategy: str, ranges: dict[str, list[dict[str, Any]]], max_jobs: Any, max_parallel_jobs: Any,
+                     max_runtime: Any) -> tuple[dict[str, Any], int | None]:
+    """ResourceLimits, and the number of Grid combinations (None for other strategies or numeric ranges)."""
+    limits: dict[str, Any] = {"MaxParallelTrainingJobs": _int_arg(max_parallel_jobs, "max_parallel_jobs", 1)}
+    combinations = None
+    if strategy == "Grid":
+        combinations = grid_size(ranges) if not (set(ranges) - {"CategoricalParameterRanges"}) else None
+        if max_jobs is not None:
+            limits["MaxNumberOfTrainingJobs"] = _int_arg(max_jobs, "max_jobs", 1)
+        elif combinations is not None:
+            limits["MaxNumberOfTrainingJobs"] = combinations
+    else:
+        limits["MaxNumberOfTrainingJobs"] = _int_arg(1 if max_jobs is None else max_jobs, "max_jobs", 1)
+    if max_runtime is not None:
+        limits["MaxRuntimeInSeconds"] = _int_arg(max_runtime, "max_runtime", 1)
+
+    return limits, combinations
+
+
+def _hyperband_config(hyperband_min_resource: Any, hyperband_max_resource: Any, static: dict[str, str]
+                      ) -> dict[str, Any]:
+    hb: dict[str, Any] = {"MinResource": _int_arg(1 if hyperband_min_resource is None else hyperband_min_resource,
+                                                  "hyperband_min_resource", 1)}
+    if hyperband_max_resource is not None:
+        hb["MaxResource"] = _int_arg(hyperband_max_resource, "hyperband_max_resource", 1)
+    else:
+        inferred = infer_max_resource(static)
+        if inferred:
+            hb["MaxResource"] = inferred[0]
+            log.info("Hyperband MaxResource=%d, from the static hyperparameter %r", inferred[0], inferred[1])
+    return hb
+
+
+def _completion_criteria(target_objective_value: Any, max_jobs_not_improving: Any,
+                         complete_on_convergence: bool | None) -> dict[str, Any]:
+    criteria: dict[str, Any] = {}
+    if target_objective_value is not None:
+        try:
+            criteria["TargetObjectiveMetricValue"] = float(target_objective_value)
+        except (TypeError, ValueError):
+            raise SpecError("target_objective_value", f"{target_objective_value!r} is not a number.",
+                            "give the objective value at which to stop.") from None
+    if max_jobs_not_improving is not None:
+        criteria["BestObjectiveNotImproving"] = {
+            "MaxNumberOfTrainingJobsNotImproving": _int_arg(max_jobs_not_improving, "max_jobs_not_improving", 3)}
+    if complete_on_convergence is not None:
+        criteria["ConvergenceDetected"] = {"CompleteOnConvergence": "Enabled" if complete_on_convergence else "Disabled"}
+    return criteria
+
+
+def _parallelism_advice(strategy: str, limits: dict[str, Any]) -> list[Any]:
+    advice: list[Any] = []
+    if limits["MaxParallelTrainingJobs"] > limits.get("MaxNumberOfTrainingJobs", math.inf):
+        log.info("max_parallel_jobs %d exceeds max_jobs %d: at most %d trials run at once",
+                 limits["MaxParallelTrainingJobs"], limits["MaxNumberOfTrainingJobs"], limits["MaxNumberOfTrainingJobs"])
+    if strategy == "Bayesian" and limits["MaxParallelTrainingJobs"] > max(1, limits.get("MaxNumberOfTrainingJobs", 0) // 4):
+        from airflow_smdist.specs.best_practices import Advice
+
+        advice.append(Advice("info", "tuning-parallelism",
+                             f"Bayesian search learns from finished trials: {limits['MaxParallelTrainingJobs']} at once of "
+                             f"{limits.get('MaxNumberOfTrainingJobs')} leaves it fewer results to learn from per choice "
+                             "(SageMaker recommends running few trials at a time)."))
+    return advice
 
 
 def build_tuning(
@@ -521,19 +628,7 @@ def build_tuning(
             log.info("hyperparameter %r is tuned: its static value is dropped (as the SageMaker SDK does)", name)
     definition = training_definition(train_req, tuned)
 
-    limits: dict[str, Any] = {"MaxParallelTrainingJobs": _int_arg(max_parallel_jobs, "max_parallel_jobs", 1)}
-    combinations = None
-    if strategy == "Grid":
-        combinations = grid_size(ranges) if not (set(ranges) - {"CategoricalParameterRanges"}) else None
-        if max_jobs is not None:
-            limits["MaxNumberOfTrainingJobs"] = _int_arg(max_jobs, "max_jobs", 1)
-        elif combinations is not None:
-            limits["MaxNumberOfTrainingJobs"] = combinations
-    else:
-        limits["MaxNumberOfTrainingJobs"] = _int_arg(1 if max_jobs is None else max_jobs, "max_jobs", 1)
-    if max_runtime is not None:
-        limits["MaxRuntimeInSeconds"] = _int_arg(max_runtime, "max_runtime", 1)
-
+    limits, combinations = _resource_limits(strategy, ranges, max_jobs, max_parallel_jobs, max_runtime)
     config: dict[str, Any] = {
         "Strategy": strategy,
         "HyperParameterTuningJobObjective": {"Type": objective_type, "MetricName": objective_metric_name},
@@ -542,31 +637,12 @@ def build_tuning(
         "TrainingJobEarlyStoppingType": early_stopping_type,
     }
     if strategy == "Hyperband":
-        hb: dict[str, Any] = {"MinResource": _int_arg(1 if hyperband_min_resource is None else hyperband_min_resource,
-                                                      "hyperband_min_resource", 1)}
-        if hyperband_max_resource is not None:
-            hb["MaxResource"] = _int_arg(hyperband_max_resource, "hyperband_max_resource", 1)
-        else:
-            inferred = infer_max_resource(definition["StaticHyperParameters"])
-            if inferred:
-                hb["MaxResource"] = inferred[0]
-                log.info("Hyperband MaxResource=%d, from the static hyperparameter %r", inferred[0], inferred[1])
-        config["StrategyConfig"] = {"HyperbandStrategyConfig": hb}
+        config["StrategyConfig"] = {"HyperbandStrategyConfig": _hyperband_config(
+            hyperband_min_resource, hyperband_max_resource, definition["StaticHyperParameters"])}
     elif hyperband_min_resource is not None or hyperband_max_resource is not None:
         raise SpecError("hyperband_min_resource" if hyperband_min_resource is not None else "hyperband_max_resource",
                         f"only applies to the Hyperband strategy, not {strategy}.", "drop it, or use strategy='Hyperband'.")
-    criteria: dict[str, Any] = {}
-    if target_objective_value is not None:
-        try:
-            criteria["TargetObjectiveMetricValue"] = float(target_objective_value)
-        except (TypeError, ValueError):
-            raise SpecError("target_objective_value", f"{target_objective_value!r} is not a number.",
-                            "give the objective value at which to stop.") from None
-    if max_jobs_not_improving is not None:
-        criteria["BestObjectiveNotImproving"] = {
-            "MaxNumberOfTrainingJobsNotImproving": _int_arg(max_jobs_not_improving, "max_jobs_not_improving", 3)}
-    if complete_on_convergence is not None:
-        criteria["ConvergenceDetected"] = {"CompleteOnConvergence": "Enabled" if complete_on_convergence else "Disabled"}
+    criteria = _completion_criteria(target_objective_value, max_jobs_not_improving, complete_on_convergence)
     if criteria:
         config["TuningJobCompletionCriteria"] = criteria
     if random_seed is not None:
@@ -584,17 +660,7 @@ def build_tuning(
 
     validate_request(OPERATION, request, allow_local_uris=allow_local_uris)
     check_tuning_request(request)
-    advice = list(training.advice)
-    if limits["MaxParallelTrainingJobs"] > limits.get("MaxNumberOfTrainingJobs", math.inf):
-        log.info("max_parallel_jobs %d exceeds max_jobs %d: at most %d trials run at once",
-                 limits["MaxParallelTrainingJobs"], limits["MaxNumberOfTrainingJobs"], limits["MaxNumberOfTrainingJobs"])
-    if strategy == "Bayesian" and limits["MaxParallelTrainingJobs"] > max(1, limits.get("MaxNumberOfTrainingJobs", 0) // 4):
-        from airflow_smdist.specs.best_practices import Advice
-
-        advice.append(Advice("info", "tuning-parallelism",
-                             f"Bayesian search learns from finished trials: {limits['MaxParallelTrainingJobs']} at once of "
-                             f"{limits.get('MaxNumberOfTrainingJobs')} leaves it fewer results to learn from per choice "
-                             "(SageMaker recommends running few trials at a time)."))
+    advice = list(training.advice) + _parallelism_advice(strategy, limits)
     for a in advice[len(training.advice):]:
         log.info("%s", a)
     return TuningPlan(request=request, training=training, advice=advice, combinations=combinations)

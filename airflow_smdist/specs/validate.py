@@ -107,6 +107,31 @@ def _botocore_error(operation_name: str, error_type: str, name: str, info: dict)
     return SpecError(where, f"{error_type}: {info}", "")
 
 
+def _check_string(shape: Any, value: str, path: str, errors: list[SpecError], allow_local: bool) -> None:
+    """A string member against its enum, length and pattern (local URIs pass where allowed)."""
+    meta = shape.metadata
+    if shape.enum and value not in shape.enum:
+        close = difflib.get_close_matches(value, shape.enum, n=1)
+        fix = f"did you mean '{close[0]}'?" if close else ""
+        allowed = list(shape.enum)
+        listing = ", ".join(allowed[:12]) + (", ..." if len(allowed) > 12 else "")
+        errors.append(SpecError(path, f"{value!r} is not one of: {listing}.",
+                                fix or f"use one of the {len(allowed)} allowed values."))
+        return
+    if "max" in meta and len(value) > meta["max"]:
+        errors.append(SpecError(path, f"is {len(value)} characters long; at most {meta['max']} are allowed.",
+                                f"shorten it to {meta['max']} characters."))
+    pattern = meta.get("pattern")
+    if pattern and value:
+        if allow_local and value.startswith(LOCAL_URI_PREFIXES) and "://" in pattern:
+            return
+        rx = _compiled(pattern)
+        if rx is not None and not rx.fullmatch(value):  # the service matches whole values (Java matches())
+            hint = ("give an s3:// URI." if "s3" in pattern and "://" in pattern
+                    else f"make it match the pattern {pattern}.")
+            errors.append(SpecError(path, f"{value!r} is not allowed here.", hint))
+
+
 def _walk(shape, value, path: str, errors: list[SpecError], allow_local: bool) -> None:
     if value is None:
         return
@@ -130,26 +155,7 @@ def _walk(shape, value, path: str, errors: list[SpecError], allow_local: bool) -
             _walk(shape.key, k, f"{path}[{k!r}] (key)", errors, allow_local)
             _walk(shape.value, v, f"{path}[{k!r}]", errors, allow_local)
     elif t == "string" and isinstance(value, str):
-        if shape.enum and value not in shape.enum:
-            close = difflib.get_close_matches(value, shape.enum, n=1)
-            fix = f"did you mean '{close[0]}'?" if close else ""
-            allowed = list(shape.enum)
-            listing = ", ".join(allowed[:12]) + (", ..." if len(allowed) > 12 else "")
-            errors.append(SpecError(path, f"{value!r} is not one of: {listing}.",
-                                    fix or f"use one of the {len(allowed)} allowed values."))
-            return
-        if "max" in meta and len(value) > meta["max"]:
-            errors.append(SpecError(path, f"is {len(value)} characters long; at most {meta['max']} are allowed.",
-                                    f"shorten it to {meta['max']} characters."))
-        pattern = meta.get("pattern")
-        if pattern and value:
-            if allow_local and value.startswith(LOCAL_URI_PREFIXES) and "://" in pattern:
-                return
-            rx = _compiled(pattern)
-            if rx is not None and not rx.fullmatch(value):  # the service matches whole values (Java matches())
-                hint = ("give an s3:// URI." if "s3" in pattern and "://" in pattern
-                        else f"make it match the pattern {pattern}.")
-                errors.append(SpecError(path, f"{value!r} is not allowed here.", hint))
+        _check_string(shape, value, path, errors, allow_local)
     elif t in ("integer", "long", "float", "double") and isinstance(value, (int, float)) and not isinstance(value, bool):
         if "max" in meta and value > meta["max"]:
             errors.append(SpecError(path, f"{value} is above the maximum {meta['max']}.",

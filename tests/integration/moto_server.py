@@ -166,6 +166,22 @@ _TIME_FILTERS = frozenset({"CreationTimeAfter", "CreationTimeBefore", "LastModif
                            "LastModifiedTimeBefore"})
 
 
+def _restore_dropped_fields(response, kind: str, job, requested_metrics) -> None:
+    """What moto's Create* drops and Describe* returns: processing resources and environments, and the
+    training job's MetricDefinitions as given (moto fills in its own)."""
+    if kind == "processing":  # moto drops these two; DescribeProcessingJob returns them
+        job.processing_resources = response._get_param("ProcessingResources")
+        job.environment = response._get_param("Environment")
+    if kind == "training":
+        if response._get_param("Environment") is not None:  # moto drops it; DescribeTrainingJob returns it
+            job.environment = response._get_param("Environment")
+        spec = job.algorithm_specification
+        if requested_metrics is None:
+            spec.pop("MetricDefinitions", None)
+        else:
+            spec["MetricDefinitions"] = requested_metrics
+
+
 def install_sagemaker_extensions() -> None:
     """Add the missing Stop* handlers and the fidelity fixes to moto's SageMakerResponse (idempotent)."""
     global _installed
@@ -200,18 +216,7 @@ def install_sagemaker_extensions() -> None:
                 raise ResourceInUseException(message=_KINDS[kind]["unique"].format(arn=existing.arn))
             requested = copy.deepcopy((self._get_param("AlgorithmSpecification") or {}).get("MetricDefinitions"))
             result = original(self)
-            if kind == "processing":  # moto drops these two; DescribeProcessingJob returns them
-                job = _job(backend, kind, name)
-                job.processing_resources = self._get_param("ProcessingResources")
-                job.environment = self._get_param("Environment")
-            if kind == "training":
-                if self._get_param("Environment") is not None:  # moto drops it; DescribeTrainingJob returns it
-                    _job(backend, kind, name).environment = self._get_param("Environment")
-                spec = _job(backend, kind, name).algorithm_specification
-                if requested is None:
-                    spec.pop("MetricDefinitions", None)
-                else:
-                    spec["MetricDefinitions"] = requested
+            _restore_dropped_fields(self, kind, _job(backend, kind, name), requested)
             return result
 
         handler.__name__ = original.__name__

@@ -238,3 +238,13 @@ def test_sensor_waits_then_checks_completeness(backend, prefix, s3):
     set_job_status("transform", name, "Failed", failure_reason="AlgorithmError: boom")
     with pytest.raises(AirflowException, match="ended Failed: AlgorithmError: boom"):
         sensor.poke({})
+
+
+def test_the_model_carries_the_operators_tags(backend, prefix, sm):
+    """As the SDK tags the model it creates for a transform job (Model.create(tags=...)), the sharded
+    inference operator sends its tags on CreateModel too, not only on the transform jobs."""
+    with pytest.raises(AirflowException):  # moto writes no outputs: incomplete, after the model and jobs exist
+        op(prefix, tags={"team": "ml"}).execute(context(f"run-{uuid.uuid4().hex}"))
+    models = sm.list_models(NameContains="smdist")["Models"]
+    tagged = [m for m in models if {"Key": "team", "Value": "ml"} in sm.list_tags(ResourceArn=m["ModelArn"])["Tags"]]
+    assert tagged, models

@@ -311,73 +311,76 @@ def metric_names() -> list[str]:
     return [f"validation:{m}" for m in XGB_MAXIMIZE_METRICS + XGB_MINIMIZE_METRICS]
 
 
+# -- the dependency checks of hyperparameter_specs (algorithm_mode/hyperparameter_validation.py) --------------
+def _tree_method_check(categories, value):
+    if "gpu" in value:
+        raise UserError("GPU training is not supported by the local backend (it has no GPU): "
+                        "use tree_method 'hist', 'approx' or 'exact'.")
+    return value in categories
+
+def _updater_depends(value, deps):
+    tree = ["grow_colmaker", "distcol", "grow_histmaker", "grow_local_histmaker", "grow_skmaker", "sync",
+            "refresh", "prune", "grow_quantile_histmaker"]
+    tree_build = ["grow_colmaker", "distcol", "grow_histmaker", "grow_local_histmaker", "grow_colmaker",
+                  "grow_quantile_histmaker"]
+    linear = ["shotgun", "coord_descent"]
+    if deps.get("booster") == "gblinear":
+        if not (len(value) == 1 and value[0] in linear):
+            raise UserError("Linear updater should be one of these options: 'shotgun', 'coord_descent'.")
+    elif deps.get("process_type") == "update":
+        if not all(x in ("refresh", "prune") for x in value):
+            raise UserError("process_type 'update' can only be used with updater 'refresh' and 'prune'")
+    else:
+        if not all(x in tree for x in value):
+            raise UserError(
+                "Tree updater should be selected from these options: 'grow_colmaker', 'distcol', "
+                "'grow_histmaker', 'grow_local_histmaker', 'grow_skmaker', 'grow_quantile_histmaker', 'sync', "
+                "'refresh', 'prune', 'shortgun', 'coord_descent'.")
+        if sum(1 for x in value if x in tree_build) > 1:
+            raise UserError("Only one tree grow plugin can be selected. Choose one from the"
+                            "following: 'grow_colmaker', 'distcol', 'grow_histmaker', "
+                            "'grow_local_histmaker', 'grow_skmaker'")
+
+def _objective_depends(value, deps):
+    if value in ("multi:softmax", "multi:softprob") and deps.get("num_class") is None:
+        raise UserError("Require input for parameter 'num_class' for multi-classification")
+
+def _eval_metric_check(supported, metric):
+    if "<function" in metric:
+        raise UserError(f"User defined evaluation metric {metric} is not supported yet.")
+    if "@" in metric:
+        name, threshold = (part.strip() for part in metric.split("@", 1))
+        if name not in ("error", "ndcg", "map"):
+            raise UserError(f"Metric '{metric}' is not supported. Parameter 'eval_metric' with customized "
+                            "threshold should be one of these options: 'error', 'ndcg', 'map'.")
+        try:
+            float(threshold.rstrip("-"))
+        except ValueError:
+            raise UserError(f"Threshold value 't' in '{name}@t' expects float input.") from None
+        return True
+    return metric in supported
+
+def _eval_metric_depends(value, deps):
+    objective = deps.get("objective", "reg:squarederror")  # the container reads it unconditionally
+    if "auc" in value and not objective.startswith(("binary:", "rank:")):
+        raise UserError("Metric 'auc' can only be applied for classification and ranking problems.")
+
+def _monotone_depends(value, deps):
+    if value is not None and deps.get("tree_method") not in ("exact", "hist"):
+        raise UserError("monotone_constraints can be used only when the tree_method parameter is set to "
+                        "either 'exact' or 'hist'.")
+
+def _interaction_depends(value, deps):
+    if value is not None and deps.get("tree_method") not in ("exact", "hist", "approx"):
+        raise UserError("interaction_constraints can be used only when the tree_method parameter is set to "
+                        "either 'exact', 'hist' or 'approx'.")
+
+
 def hyperparameter_specs() -> Hyperparameters:
     """algorithm_mode/hyperparameter_validation.py, the CPU training half (1.7-1)."""
-    H, I, C, K, L = (Hyperparameters, IntegerHyperparameter, ContinuousHyperparameter, CategoricalHyperparameter,
-                     CommaSeparatedListHyperparameter)
-
-    def tree_method_check(categories, value):
-        if "gpu" in value:
-            raise UserError("GPU training is not supported by the local backend (it has no GPU): "
-                            "use tree_method 'hist', 'approx' or 'exact'.")
-        return value in categories
-
-    def updater_depends(value, deps):
-        tree = ["grow_colmaker", "distcol", "grow_histmaker", "grow_local_histmaker", "grow_skmaker", "sync",
-                "refresh", "prune", "grow_quantile_histmaker"]
-        tree_build = ["grow_colmaker", "distcol", "grow_histmaker", "grow_local_histmaker", "grow_colmaker",
-                      "grow_quantile_histmaker"]
-        linear = ["shotgun", "coord_descent"]
-        if deps.get("booster") == "gblinear":
-            if not (len(value) == 1 and value[0] in linear):
-                raise UserError("Linear updater should be one of these options: 'shotgun', 'coord_descent'.")
-        elif deps.get("process_type") == "update":
-            if not all(x in ("refresh", "prune") for x in value):
-                raise UserError("process_type 'update' can only be used with updater 'refresh' and 'prune'")
-        else:
-            if not all(x in tree for x in value):
-                raise UserError(
-                    "Tree updater should be selected from these options: 'grow_colmaker', 'distcol', "
-                    "'grow_histmaker', 'grow_local_histmaker', 'grow_skmaker', 'grow_quantile_histmaker', 'sync', "
-                    "'refresh', 'prune', 'shortgun', 'coord_descent'.")
-            if sum(1 for x in value if x in tree_build) > 1:
-                raise UserError("Only one tree grow plugin can be selected. Choose one from the"
-                                "following: 'grow_colmaker', 'distcol', 'grow_histmaker', "
-                                "'grow_local_histmaker', 'grow_skmaker'")
-
-    def objective_depends(value, deps):
-        if value in ("multi:softmax", "multi:softprob") and deps.get("num_class") is None:
-            raise UserError("Require input for parameter 'num_class' for multi-classification")
-
-    def eval_metric_check(supported, metric):
-        if "<function" in metric:
-            raise UserError(f"User defined evaluation metric {metric} is not supported yet.")
-        if "@" in metric:
-            name, threshold = (part.strip() for part in metric.split("@", 1))
-            if name not in ("error", "ndcg", "map"):
-                raise UserError(f"Metric '{metric}' is not supported. Parameter 'eval_metric' with customized "
-                                "threshold should be one of these options: 'error', 'ndcg', 'map'.")
-            try:
-                float(threshold.rstrip("-"))
-            except ValueError:
-                raise UserError(f"Threshold value 't' in '{name}@t' expects float input.") from None
-            return True
-        return metric in supported
-
-    def eval_metric_depends(value, deps):
-        objective = deps.get("objective", "reg:squarederror")  # the container reads it unconditionally
-        if "auc" in value and not objective.startswith(("binary:", "rank:")):
-            raise UserError("Metric 'auc' can only be applied for classification and ranking problems.")
-
-    def monotone_depends(value, deps):
-        if value is not None and deps.get("tree_method") not in ("exact", "hist"):
-            raise UserError("monotone_constraints can be used only when the tree_method parameter is set to "
-                            "either 'exact' or 'hist'.")
-
-    def interaction_depends(value, deps):
-        if value is not None and deps.get("tree_method") not in ("exact", "hist", "approx"):
-            raise UserError("interaction_constraints can be used only when the tree_method parameter is set to "
-                            "either 'exact', 'hist' or 'approx'.")
+    # short names keep the table below as readable as the container's
+    H, I, C, K, L = (Hyperparameters, IntegerHyperparameter, ContinuousHyperparameter,  # noqa: E741
+                     CategoricalHyperparameter, CommaSeparatedListHyperparameter)
 
     def unit(**kw):
         return Interval(**kw)
@@ -402,12 +405,12 @@ def hyperparameter_specs() -> Hyperparameters:
         C("colsample_bynode", range=unit(min_open=0, max_closed=1)),
         C("lambda", range=unit(min_closed=0)),
         C("alpha", range=unit(min_closed=0)),
-        K("tree_method", range=RangeValidator(["auto", "exact", "approx", "hist", "gpu_hist"], tree_method_check)),
+        K("tree_method", range=RangeValidator(["auto", "exact", "approx", "hist", "gpu_hist"], _tree_method_check)),
         C("sketch_eps", range=unit(min_open=0, max_open=1)),
         C("scale_pos_weight", range=unit(min_open=0)),
         L("updater", range=["grow_colmaker", "distcol", "grow_histmaker", "grow_local_histmaker", "grow_skmaker",
                             "sync", "refresh", "prune", "shotgun", "coord_descent", "grow_quantile_histmaker"],
-          dependencies=("booster", "process_type"), depends=updater_depends),
+          dependencies=("booster", "process_type"), depends=_updater_depends),
         K("dsplit", range=["row", "col"]),
         I("refresh_leaf", range=unit(min_closed=0, max_closed=1)),
         K("process_type", range=["default", "update"]),
@@ -416,9 +419,9 @@ def hyperparameter_specs() -> Hyperparameters:
         I("max_bin", range=unit(min_closed=0)),
         K("predictor", range=["auto", "cpu_predictor", "gpu_predictor"]),
         TupleHyperparameter("monotone_constraints", range=[-1, 0, 1], dependencies=("tree_method",),
-                            depends=monotone_depends),
+                            depends=_monotone_depends),
         NestedListHyperparameter("interaction_constraints", range=unit(min_closed=1),  # sic, as the container
-                                 dependencies=("tree_method",), depends=interaction_depends),
+                                 dependencies=("tree_method",), depends=_interaction_depends),
         K("sample_type", range=["uniform", "weighted"]),
         K("normalize_type", range=["tree", "forest"]),
         C("rate_drop", range=unit(min_closed=0, max_closed=1)),
@@ -426,12 +429,12 @@ def hyperparameter_specs() -> Hyperparameters:
         C("skip_drop", range=unit(min_closed=0, max_closed=1)),
         C("lambda_bias", range=unit(min_closed=0, max_closed=1)),
         C("tweedie_variance_power", range=unit(min_open=1, max_open=2)),
-        K("objective", range=OBJECTIVES, dependencies=("num_class",), depends=objective_depends),
+        K("objective", range=OBJECTIVES, dependencies=("num_class",), depends=_objective_depends),
         I("num_class", range=unit(min_closed=2)),
         C("base_score", range=unit(min_closed=0)),
         K("_tuning_objective_metric", range=metric_names()),
-        L("eval_metric", range=RangeValidator(XGB_MAXIMIZE_METRICS + XGB_MINIMIZE_METRICS, eval_metric_check),
-          dependencies=("objective",), depends=eval_metric_depends),
+        L("eval_metric", range=RangeValidator(XGB_MAXIMIZE_METRICS + XGB_MINIMIZE_METRICS, _eval_metric_check),
+          dependencies=("objective",), depends=_eval_metric_depends),
         I("seed", range=unit(min_open=-2**31, max_open=2**31 - 1)),
         I("num_parallel_tree", range=unit(min_closed=1)),
         K("save_model_on_termination", range=["true", "false"]),

@@ -611,35 +611,47 @@ def transform_object(handler: Handler, data: bytes, settings: Settings, *, name:
             data = gzip.decompress(data)
         records = split_records(data, settings.split_type)
         batches = mini_batches(records, settings.batch_strategy, settings.max_payload_mb)
-        in_filter = JsonPath(settings.input_filter) if settings.input_filter and settings.input_filter != "$" else None
-        out_filter = JsonPath(settings.output_filter) if settings.output_filter and settings.output_filter != "$" \
-            else None
+        in_filter = _json_path(settings.input_filter)
+        out_filter = _json_path(settings.output_filter)
     except TransformError as e:
         raise TransformError(f"{name}: {e}", record=e.record, line=e.line) from None
 
     def payload_of(batch: list[Record]) -> bytes:
-        parts = []
-        for r in batch:
-            parts.append(apply_input_filter(r.data, in_filter, settings.content_type) if in_filter else r.data)
-        return b"\n".join(parts)
+        return b"\n".join(apply_input_filter(r.data, in_filter, settings.content_type) if in_filter else r.data
+                          for r in batch)
 
-    def call(batch: list[Record]) -> bytes:
-        last: BaseException | None = None
-        for _attempt in range(settings.invocations_max_retries + 1):
-            try:
-                body, _type = handler.invoke(payload_of(batch), settings.content_type, settings.accept)
-                return body
-            except TransformError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the model server answers 500 and batch transform retries
-                last = e
-        assert last is not None
-        raise last
+    bodies = _invoke_batches(handler, batches, settings, name, executor, payload_of)
+    return ObjectResult(_assemble(batches, bodies, settings, out_filter, name), len(records), len(batches))
 
+
+def _json_path(expression: str | None) -> JsonPath | None:
+    """A DataProcessing filter; None for none or ``$`` (the whole record)."""
+    return JsonPath(expression) if expression and expression != "$" else None
+
+
+def _invoke(handler: Handler, payload: bytes, settings: Settings) -> bytes:
+    """One invocation, retried ``invocations_max_retries`` times (the model server answers 500 and batch
+    transform retries); a TransformError is not retried."""
+    last: BaseException | None = None
+    for _attempt in range(settings.invocations_max_retries + 1):
+        try:
+            body, _type = handler.invoke(payload, settings.content_type, settings.accept)
+            return body
+        except TransformError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the model server answers 500 and batch transform retries
+            last = e
+    assert last is not None
+    raise last
+
+
+def _invoke_batches(handler: Handler, batches: list[list[Record]], settings: Settings, name: str,
+                    executor: ThreadPoolExecutor | None, payload_of) -> list[bytes]:
+    """Every mini-batch's response, ``max_concurrent_transforms`` at a time, each within the timeout."""
     own = executor is None
     pool = executor or ThreadPoolExecutor(max_workers=max(1, settings.max_concurrent_transforms))
     try:
-        futures = [pool.submit(call, b) for b in batches]
+        futures = [pool.submit(lambda b: _invoke(handler, payload_of(b), settings), b) for b in batches]
         bodies = []
         for batch, future in zip(batches, futures):
             try:
@@ -650,10 +662,16 @@ def transform_object(handler: Handler, data: bytes, settings: Settings, *, name:
                                      record=batch[0].number, line=batch[0].line) from None
             except Exception as e:  # noqa: BLE001
                 raise _locate(handler, batch, settings, name, e, payload_of) from None
+        return bodies
     finally:
         if own:
             pool.shutdown(wait=False, cancel_futures=True)
 
+
+def _assemble(batches: list[list[Record]], bodies: list[bytes], settings: Settings, out_filter: JsonPath | None,
+              name: str) -> bytes:
+    """The object's output: the responses joined as AssembleWith says, through DataProcessing's join and
+    output filter where set."""
     pieces: list[bytes] = []
     line_assembly = settings.assemble_with == "Line"
     try:
@@ -671,7 +689,7 @@ def transform_object(handler: Handler, data: bytes, settings: Settings, *, name:
         raise TransformError(f"{name}: {e}") from None
     except ValueError as e:
         raise TransformError(f"{name}: DataProcessing could not parse a record or its output: {e}") from None
-    return ObjectResult(b"".join(pieces), len(records), len(batches))
+    return b"".join(pieces)
 
 
 def _where(batch: list[Record]) -> str:
@@ -717,7 +735,8 @@ def extract_model(archive: str, model_dir: str) -> str:
         except TypeError:  # Python < 3.11.4 has no filter argument
             for m in tar.getmembers():
                 if m.name.startswith("/") or ".." in m.name.split("/"):
-                    raise ValueError(f"model archive member {m.name!r} would land outside the model directory")
+                    raise ValueError(f"model archive member {m.name!r} would land outside the model "
+                                     "directory") from None
             tar.extractall(model_dir)
     return model_dir
 

@@ -578,31 +578,14 @@ class TuningSupervisor(JobSupervisor):
             if self.stop_requested or (self.dir / "stop").exists():
                 self.say("StopHyperParameterTuningJob: stopping the running training jobs")
                 self.save(status="Stopping")
-                for t in list(self.running):
-                    self.stop_trial(t, "tuning-stopped")
-                self.wait_for_running(search)
+                self.stop_running(search, "tuning-stopped")
                 return "Stopped", None
             self.poll(search)
-            succeeded = self.succeeded()
-            finished = [t for t in self.trials if t.status in TERMINAL_STATES]
             if ending is None:
-                if max_runtime and time.time() - started > float(max_runtime):
-                    ending = f"MaxRuntimeInSeconds={max_runtime} reached"
-                elif self.completion.met():
-                    ending = self.completion.met()
-                elif len(finished) >= fail_fast and succeeded == 0 and all(
-                        t.status == "Failed" for t in finished):
-                    first = self.backend.describe("training", finished[0].name).get("FailureReason", "")
-                    for t in list(self.running):
-                        self.stop_trial(t, "tuning-failed")
-                    self.wait_for_running(search)
-                    return "Failed", (f"ClientError: the first {len(finished)} training jobs failed, none reported the "
-                                      f"objective metric; {finished[0].name}: {first}")
-                if ending:
-                    self.say(f"No more training jobs: {ending}; stopping the running ones")
-                    for t in list(self.running):
-                        self.stop_trial(t, "completion")
-                    self.persist(completion_reason=ending)
+                ending = self.check_ending(started, max_runtime)
+                failed = None if ending else self.failing_fast(search, fail_fast)
+                if failed:
+                    return "Failed", failed
             if ending is None:
                 while len(self.running) < parallel and len(self.trials) < max_jobs:
                     if not self.launch(search):
@@ -622,6 +605,36 @@ class TuningSupervisor(JobSupervisor):
             self.persist(convergence_time=self.completion.converged_at)
         return "Completed", None
 
+    def stop_running(self, search, reason: str) -> None:
+        for t in list(self.running):
+            self.stop_trial(t, reason)
+        self.wait_for_running(search)
+
+    def failing_fast(self, search, fail_fast: int) -> str | None:
+        """The FailureReason when the first ``fail_fast`` trials all failed without an objective (the
+        running ones are stopped), else None."""
+        finished = [t for t in self.trials if t.status in TERMINAL_STATES]
+        if not (len(finished) >= fail_fast and self.succeeded() == 0 and all(t.status == "Failed" for t in finished)):
+            return None
+        first = self.backend.describe("training", finished[0].name).get("FailureReason", "")
+        self.stop_running(search, "tuning-failed")
+        return (f"ClientError: the first {len(finished)} training jobs failed, none reported the "
+                f"objective metric; {finished[0].name}: {first}")
+
+    def check_ending(self, started: float, max_runtime: Any) -> str | None:
+        """Why no more trials start (the running ones are stopped then), or None to go on."""
+        ending = None
+        if max_runtime and time.time() - started > float(max_runtime):
+            ending = f"MaxRuntimeInSeconds={max_runtime} reached"
+        elif self.completion.met():
+            ending = self.completion.met()
+        if ending:
+            self.say(f"No more training jobs: {ending}; stopping the running ones")
+            for t in list(self.running):
+                self.stop_trial(t, "completion")
+            self.persist(completion_reason=ending)
+        return ending
+
     def succeeded(self) -> int:
         return sum(1 for t in self.trials if t.told and t.status in ("Completed", "Stopped") and t.curve_final is not None)
 
@@ -630,54 +643,60 @@ class TuningSupervisor(JobSupervisor):
         for trial in list(self.running):
             for value in self.new_values(trial):
                 trial.curve.append(value)
-                if not allow_decisions or search is None or trial.stop_reason or trial.told:
-                    continue
-                units = len(trial.curve)
-                if isinstance(search, OptunaSearch) and search.strategy == "Hyperband":
-                    if units > search.max_resource:
-                        self.say(f"{trial.name} reported more than MaxResource={search.max_resource} values: "
-                                 "stopping it")
-                        self.stop_trial(trial, "max-resource")
-                    elif units < search.max_resource and search.report(trial.handle, units, value):
-                        self.say(f"{trial.name} stopped early by Hyperband after {units} resource unit(s): "
-                                 f"{self.objective['MetricName']}={value:g}")
-                        self.stop_trial(trial, "early-stopped")
-                        search.tell(trial.handle, value, "pruned")
-                        trial.told = True
-                        trial.curve_final = value
-                elif self.early is not None and self.early.should_stop(trial.curve):
-                    self.say(f"{trial.name} stopped early (median rule) after {units} epoch(s): "
-                             f"{self.objective['MetricName']}={value:g}")
-                    self.stop_trial(trial, "early-stopped")
+                if allow_decisions and search is not None and not trial.stop_reason and not trial.told:
+                    self.stop_early_if_losing(search, trial, value)
             try:
                 desc = self.backend.describe("training", trial.name)
             except JobNotFound:
                 continue
-            if desc["TrainingJobStatus"] not in TERMINAL_STATES:
-                continue
-            for value in self.new_values(trial):  # lines that landed with the end
-                trial.curve.append(value)
-            trial.status = desc["TrainingJobStatus"]
-            value = self.final_objective(trial, desc)
-            if not trial.told:
-                trial.curve_final = value if trial.status in ("Completed", "Stopped") else None
-                if search is not None:
-                    state = "complete" if trial.curve_final is not None else "fail"
-                    if trial.status == "Stopped" and trial.stop_reason == "early-stopped":
-                        state = "pruned"
-                    search.tell(trial.handle, trial.curve_final, state)
+            if desc["TrainingJobStatus"] in TERMINAL_STATES:
+                self.finish_trial(search, trial, desc)
+
+    def stop_early_if_losing(self, search, trial, value: float) -> None:
+        """After a new intermediate value: stop the trial early (Hyperband, or the median rule) or let it run."""
+        units = len(trial.curve)
+        if isinstance(search, OptunaSearch) and search.strategy == "Hyperband":
+            if units > search.max_resource:
+                self.say(f"{trial.name} reported more than MaxResource={search.max_resource} values: "
+                         "stopping it")
+                self.stop_trial(trial, "max-resource")
+            elif units < search.max_resource and search.report(trial.handle, units, value):
+                self.say(f"{trial.name} stopped early by Hyperband after {units} resource unit(s): "
+                         f"{self.objective['MetricName']}={value:g}")
+                self.stop_trial(trial, "early-stopped")
+                search.tell(trial.handle, value, "pruned")
                 trial.told = True
-            if self.early is not None and trial.status == "Completed":
-                self.early.finished(trial.curve)
-            if trial.curve_final is not None:
-                self.completion.add(trial.curve_final)
-            self.running.remove(trial)
-            shown = f"{self.objective['MetricName']}={trial.curve_final:g}" if trial.curve_final is not None else \
-                "no objective value"
-            best = self.completion.best
-            self.say(f"{trial.name} {trial.status} after {len(trial.curve)} objective report(s): {shown}"
-                     + (f" (best so far {best:g})" if best is not None else ""))
-            self.persist(not_improving=self.completion.not_improving)
+                trial.curve_final = value
+        elif self.early is not None and self.early.should_stop(trial.curve):
+            self.say(f"{trial.name} stopped early (median rule) after {units} epoch(s): "
+                     f"{self.objective['MetricName']}={value:g}")
+            self.stop_trial(trial, "early-stopped")
+
+    def finish_trial(self, search, trial, desc: dict) -> None:
+        """A trial ended: its final objective told to the search, the completion criteria and the log."""
+        for value in self.new_values(trial):  # lines that landed with the end
+            trial.curve.append(value)
+        trial.status = desc["TrainingJobStatus"]
+        value = self.final_objective(trial, desc)
+        if not trial.told:
+            trial.curve_final = value if trial.status in ("Completed", "Stopped") else None
+            if search is not None:
+                state = "complete" if trial.curve_final is not None else "fail"
+                if trial.status == "Stopped" and trial.stop_reason == "early-stopped":
+                    state = "pruned"
+                search.tell(trial.handle, trial.curve_final, state)
+            trial.told = True
+        if self.early is not None and trial.status == "Completed":
+            self.early.finished(trial.curve)
+        if trial.curve_final is not None:
+            self.completion.add(trial.curve_final)
+        self.running.remove(trial)
+        shown = f"{self.objective['MetricName']}={trial.curve_final:g}" if trial.curve_final is not None else \
+            "no objective value"
+        best = self.completion.best
+        self.say(f"{trial.name} {trial.status} after {len(trial.curve)} objective report(s): {shown}"
+                 + (f" (best so far {best:g})" if best is not None else ""))
+        self.persist(not_improving=self.completion.not_improving)
 
 
 # ---- Describe / List ----------------------------------------------------------------------------------------------

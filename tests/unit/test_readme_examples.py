@@ -1,0 +1,87 @@
+"""The README's operator examples run as written: the code blocks of "A training job in a DAG" and the
+one-line examples of the operator table are executed in a DAG, and each operator they make builds its
+request (validated against botocore's model) for the local backend."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+README = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+#: operators of the table whose one-line example stands alone (the others name their neighbours' tasks)
+TABLE_OPERATORS = ("SageMakerDistributedTrainingOperator", "SageMakerPySparkProcessingOperator",
+                   "SmdistProcessingOperator")
+
+
+def section(title: str) -> str:
+    start = README.index(f"## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start:end if end >= 0 else None]
+
+
+def training_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", section("A training job in a DAG"), re.S)
+
+
+def table_example(operator: str) -> str:
+    row = next(line for line in section("Operators, sensors, hooks").splitlines()
+               if line.startswith(f"| `{operator}` |"))
+    return row.rsplit("| `", 1)[1].rstrip("` |")
+
+
+def dag():
+    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk import DAG
+    else:
+        from airflow import DAG
+    return DAG("readme", schedule=None)
+
+
+def planned(namespace: dict) -> dict:
+    from airflow_smdist._compat import BaseOperator
+
+    ops = [v for v in namespace.values() if isinstance(v, BaseOperator)]
+    assert ops
+    return {op.task_id: op.plan(f"readme-{op.task_id}".replace("_", "-"), "local").request for op in ops}
+
+
+@pytest.fixture(autouse=True)
+def local_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+
+
+def test_the_training_examples_run_and_v2_and_v3_spellings_build_the_same_request():
+    blocks = training_blocks()
+    assert len(blocks) == 2
+    namespace: dict = {}
+    with dag():
+        for block in blocks:
+            exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+    requests = planned(namespace)
+    assert requests["train"]["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
+    v3 = requests["train_v3"]
+    assert "/smdistributed-modelparallel:" in v3["AlgorithmSpecification"]["TrainingImage"]
+    # the commented v2 spelling of the v3 example builds the same request
+    v2_text = re.search(r"# distribution=(\{.*?\}\}\}),\n", blocks[1].replace("\n    #" + " " * 14, ""), re.S)
+    assert v2_text, blocks[1]
+    namespace2: dict = {}
+    with dag():
+        exec(compile(blocks[0].split("\n\n")[0] + "\n" + blocks[1].split("\n\n", 1)[1].replace(
+            "distributed=Torchrun(smp=SMP(hybrid_shard_degree=8)),", f"distribution={v2_text[1]},"), "README.md", "exec"),
+             namespace2)
+    assert planned(namespace2)["train_v3"] == v3
+
+
+@pytest.mark.parametrize("operator", TABLE_OPERATORS)
+def test_the_operator_table_examples_run(operator):
+    namespace: dict = {}
+    module = {"SageMakerDistributedTrainingOperator": "training"}.get(operator, "processing")
+    exec(f"from airflow_smdist.operators.{module} import {operator}", namespace)  # noqa: S102
+    with dag():
+        namespace["op"] = eval(table_example(operator), namespace)  # noqa: S307 - the README's own code
+    (request,) = planned({"op": namespace["op"]}).values()
+    assert request
