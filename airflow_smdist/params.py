@@ -11,10 +11,11 @@ from typing import Any
 
 from airflow_smdist._compat import Param
 
-#: Proposals for training instance types, CPU first, then GPU (NVIDIA) and Trainium. Any ml.* type works.
+#: Proposals for training instance types, CPU first, then GPU (NVIDIA) and Trainium; each one is in the botocore
+#: service model of every boto3 MWAA pins (1.35 .. 1.43). Any ml.* type works.
 TRAINING_INSTANCE_TYPES = (
     "ml.m5.large", "ml.m5.xlarge", "ml.m5.2xlarge", "ml.m5.4xlarge", "ml.c5.xlarge", "ml.c5.4xlarge",
-    "ml.g5.xlarge", "ml.g5.2xlarge", "ml.g5.12xlarge", "ml.g5.48xlarge", "ml.g6.xlarge", "ml.g6.12xlarge",
+    "ml.g4dn.xlarge", "ml.g4dn.12xlarge", "ml.g5.xlarge", "ml.g5.2xlarge", "ml.g5.12xlarge", "ml.g5.48xlarge",
     "ml.p3.2xlarge", "ml.p3.16xlarge", "ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.trn1.32xlarge",
 )
 #: Proposals for processing and batch transform instance types.

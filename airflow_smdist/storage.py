@@ -9,6 +9,7 @@ No key may escape its destination: :func:`safe_join` rejects ``..`` components a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -117,18 +118,22 @@ class Storage:
             base, starts = Path(key).parent, Path(key).name
         if not base.is_dir():
             return []
+        # symbolic links are not objects (an S3 sync of the directory would upload none; following them would
+        # read outside the prefix), nor are the temporary files of writes in progress
         out = []
         for entry in sorted(os.listdir(base)):
-            if not entry.startswith(starts):
-                continue
             top = os.path.join(base, entry)
-            if os.path.isfile(top):
-                out.append(StoredObject("file://" + top, top, os.path.getsize(top)))
+            if not entry.startswith(starts) or os.path.islink(top):
                 continue
-            for dirpath, _dirs, files in os.walk(top):
+            if os.path.isfile(top):
+                if not entry.endswith(PARTIAL):
+                    out.append(StoredObject("file://" + top, top, os.path.getsize(top)))
+                continue
+            for dirpath, _dirs, files in os.walk(top):  # (does not descend into linked directories)
                 for f in files:
                     full = os.path.join(dirpath, f)
-                    out.append(StoredObject("file://" + full, full, os.path.getsize(full)))
+                    if not os.path.islink(full) and not f.endswith(PARTIAL):
+                        out.append(StoredObject("file://" + full, full, os.path.getsize(full)))
         return sorted(out, key=lambda o: o.key)
 
     def exists(self, uri: str) -> bool:
@@ -158,9 +163,7 @@ class Storage:
         scheme, bucket, key = parse_uri(uri)
         if scheme == "file":
             Path(key).parent.mkdir(parents=True, exist_ok=True)
-            tmp = key + ".smdist-partial"
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, key)
+            _replace_whole(key, lambda tmp: shutil.copyfile(src, tmp))
         else:
             self.s3.upload_file(str(src), bucket, key)
 
@@ -174,9 +177,7 @@ class Storage:
         scheme, bucket, key = parse_uri(uri)
         if scheme == "file":
             Path(key).parent.mkdir(parents=True, exist_ok=True)
-            tmp = key + ".smdist-partial"
-            Path(tmp).write_bytes(data)
-            os.replace(tmp, key)
+            _replace_whole(key, lambda tmp: Path(tmp).write_bytes(data))
         else:
             self.s3.put_object(Bucket=bucket, Key=key, Body=data)
 
@@ -192,6 +193,22 @@ class Storage:
             self.download(obj.uri, target)
             written.append(target)
         return written
+
+
+PARTIAL = ".smdist-partial"
+
+
+def _replace_whole(path: str, write) -> None:
+    """Write ``path`` through a temporary file next to it, renamed into place: readers see the old file or
+    the new one, never half of it; a write that fails leaves no temporary file behind."""
+    tmp = path + PARTIAL
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def relative_key(prefix_uri: str, obj: StoredObject) -> str:

@@ -1,110 +1,195 @@
-"""API calls, CPU and memory for 500 jobs waited on at once, coalesced vs one Describe per job per poll.
+"""Deferred waiting on N jobs: the Amazon provider's own ``SageMakerTrigger`` vs this provider's trigger.
 
-Runs moto's server on loopback (with the test extensions), creates N training jobs InProgress, then for
-the same number of poll intervals measures: (a) this provider's coalesced poller with N waiting
-triggers, (b) the baseline the Amazon provider's SageMakerTrigger does: one Describe per job per poll.
-Both use the same aiobotocore client path. Usage: python benchmarks/bench_polling.py [N] [intervals]
+Each (trigger, N) runs in its own process, against its own moto server on loopback (with the test
+extensions), so memory and CPU are not shared between runs: N training jobs are made ``InProgress`` (each
+with one CloudWatch log stream of a few lines), N triggers run in one event loop as the triggerer runs them,
+for a few poll intervals; then every job completes and the run ends when every trigger has fired.
+
+* baseline: ``airflow.providers.amazon.aws.triggers.sagemaker.SageMakerTrigger`` (job_type "Training"): its
+  async waiter, one DescribeTrainingJob per job per interval, one client per trigger; no log streaming.
+* ours: ``SageMakerDistributedTrainingTrigger`` with ``print_logs=True`` (every line of every job to its
+  trigger's log), started as the operator starts it (the status it saw before deferring).
+
+Reported per run (after a warm-up in which every trigger made its client and polled once): API calls the server answered per interval once all triggers run (steady state), API
+calls per job lifetime (everything the triggers made from start to their events, over N, plus the one
+Describe of each operator's ``execute_complete``, which both operators make), CPU seconds of the event
+loop's thread per interval (the triggerer's side; moto runs in other threads), and the RSS the triggers
+added. Usage: python benchmarks/bench_polling.py [N,N,...] [interval_s] [intervals]
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
-import resource
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-import tracemalloc
+import uuid
+from collections import Counter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 sys.path.insert(0, HERE)
 
-from _common import report  # noqa: E402
+from _common import load_note, report
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
-    intervals = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    interval = 0.5
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def child(variant: str, n: int, interval: float, intervals: int) -> dict:
+    from moto.core.responses import BaseResponse
     from moto_server import MotoServer, set_training_job_status
 
+    calls: Counter = Counter()
+    lock = threading.Lock()
+    original = BaseResponse.call_action
+
+    def counting(self):
+        with lock:
+            calls[self._get_action()] += 1
+        return original(self)
+
+    BaseResponse.call_action = counting
     server = MotoServer()
     url = server.start()
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+                      SMDIST_LOCAL_ROOT=tempfile.mkdtemp(prefix="smdist-bench-poll-"),
                       AIRFLOW_CONN_AWS_DEFAULT=json.dumps({"conn_type": "aws", "extra": {
                           "endpoint_url": url, "region_name": "us-east-1"}}))
-    import logging
-
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    from airflow_smdist.backends.sagemaker import SageMakerBackend
-    from airflow_smdist.specs.training import training_request
-    from airflow_smdist.triggers.base import CoalescedPoller, SageMakerStatusSource
+    import boto3
+    from moto.logs.models import logs_backends
 
-    backend = SageMakerBackend("aws_default", "us-east-1")
-    names = [f"bench-{i:04d}" for i in range(n)]
+    sm = boto3.client("sagemaker", endpoint_url=url, region_name="us-east-1")
+    run = uuid.uuid4().hex[:6]
+    names = [f"bench-{run}-{i:04d}" for i in range(n)]
+    logs = logs_backends["123456789012"]["us-east-1"]
+    group = "/aws/sagemaker/TrainingJobs"
+    logs.create_log_group(group, {})
+    now_ms = int(time.time() * 1000)
     for name in names:
-        backend.submit("training", training_request(
-            job_name=name, role="arn:aws:iam::123456789012:role/R", output_path="s3://b/out",
-            image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1", instance_type="ml.m5.xlarge"))
+        sm.create_training_job(
+            TrainingJobName=name, RoleArn="arn:aws:iam::123456789012:role/R",
+            AlgorithmSpecification={"TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1",
+                                    "TrainingInputMode": "File"},
+            OutputDataConfig={"S3OutputPath": "s3://b/out"},
+            ResourceConfig={"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
+            StoppingCondition={"MaxRuntimeInSeconds": 3600})
         set_training_job_status(name, "InProgress")
+        stream = f"{name}/algo-1-1700000000"
+        logs.create_log_stream(group, stream)
+        logs.put_log_events(group, stream, [{"timestamp": now_ms + i, "message": f"line {i}"} for i in range(3)])
+    created = time.time() - 1
+    quiet = logging.getLogger(f"bench.{variant}")
+    quiet.addHandler(logging.NullHandler())
+    quiet.setLevel(logging.INFO)
+    quiet.propagate = False
 
-    async def coalesced():
-        source = SageMakerStatusSource("aws_default", "us-east-1")
-        poller = CoalescedPoller(source, "training", interval)
-        queues = [poller.watch(name) for name in names]
-        for q in queues:
-            await q.get()  # the first sight of every job
-        start_calls = dict(source.calls)
+    def make(name):
+        if variant == "amazon":
+            from airflow.providers.amazon.aws.triggers.sagemaker import SageMakerTrigger
+
+            t = SageMakerTrigger(job_name=name, job_type="Training", waiter_delay=int(interval),
+                                 waiter_max_attempts=10000, aws_conn_id="aws_default", region_name="us-east-1")
+        else:
+            from airflow_smdist.triggers.training import (
+                SageMakerDistributedTrainingTrigger,
+            )
+
+            t = SageMakerDistributedTrainingTrigger(
+                job_name=name, backend="sagemaker", aws_conn_id="aws_default", region_name="us-east-1",
+                poll_interval=interval, print_logs=True, job_status="InProgress", as_of=time.time(),
+                created=created, cursor_key=uuid.uuid4().hex)
+        t._log = quiet
+        return t
+
+    triggers = [make(name) for name in names]
+    calls.clear()
+    rss0 = rss_mib()
+    out: dict = {"variant": variant, "n": n, "interval": interval, "intervals": intervals}
+
+    async def main():
+        async def first(t):
+            async for event in t.run():
+                return event.payload
+
+        tasks = [asyncio.ensure_future(first(t)) for t in triggers]
+        t0 = time.monotonic()  # warm-up: every trigger has started and polled once (clients made)
+        while sum(calls.values()) < (n if variant == "amazon" else 2) and time.monotonic() - t0 < 600:  # noqa: ASYNC110 - the counter is bumped by moto's server threads
+            await asyncio.sleep(0.2)
+        out["warm_up_s"] = time.monotonic() - t0
+        await asyncio.sleep(interval * 0.5)
+        steady_calls, cpu0 = sum(calls.values()), time.thread_time()
         await asyncio.sleep(interval * intervals)
-        calls = {k: source.calls.get(k, 0) - start_calls.get(k, 0) for k in ("list", "describe")}
-        for name, q in zip(names, queues):
-            poller.unwatch(name, q)
-        await asyncio.sleep(interval * 1.2)
-        return calls
+        out["calls_per_interval"] = (sum(calls.values()) - steady_calls) / intervals
+        out["cpu_per_interval"] = (time.thread_time() - cpu0) / intervals
+        out["rss_added_mib"] = rss_mib() - rss0
+        for name in names:
+            set_training_job_status(name, "Completed")
+        t0 = time.monotonic()
+        events = await asyncio.wait_for(asyncio.gather(*tasks), interval * 20 + 60)
+        out["to_all_events_s"] = time.monotonic() - t0
+        out["events_ok"] = sum(1 for e in events if e and e.get("status") == "success")
 
-    async def per_job():
-        source = SageMakerStatusSource("aws_default", "us-east-1")
-        calls = {"describe": 0}
-
-        async def one(name):
-            for _ in range(intervals):
-                await source.describe("training", name)
-                calls["describe"] += 1
-                await asyncio.sleep(interval)
-
-        await asyncio.gather(*(one(name) for name in names))
-        await source.close()
-        return calls
-
-    def measure(fn):
-        tracemalloc.start()
-        cpu0 = time.process_time()
-        wall0 = time.perf_counter()
-        result = asyncio.run(fn())
-        wall = time.perf_counter() - wall0
-        cpu = time.process_time() - cpu0
-        _cur, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        return result, cpu, wall, peak
-
-    base_calls, base_cpu, base_wall, base_mem = measure(per_job)
-    co_calls, co_cpu, co_wall, co_mem = measure(coalesced)
+    asyncio.run(main())
+    out["calls"] = dict(calls)
+    out["calls_per_job_lifetime"] = sum(calls.values()) / n + 1  # + execute_complete's Describe
     server.stop()
-    base_per_interval = base_calls["describe"] / intervals
-    co_per_interval = (co_calls["list"] + co_calls["describe"]) / intervals
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    report(f"Waiting on {n} jobs for {intervals} poll intervals (moto server on loopback)", [
-        ("API calls per interval, one Describe per job (baseline)", f"{base_per_interval:.1f}", "1.00"),
-        ("API calls per interval, coalesced", f"{co_per_interval:.1f} ({co_calls})",
-         f"{co_per_interval / base_per_interval:.4f}"),
-        ("CPU seconds, baseline", f"{base_cpu:.2f}", "1.00"),
-        ("CPU seconds, coalesced (after first sight)", f"{co_cpu:.2f}", f"{co_cpu / base_cpu:.2f}"),
-        ("peak traced memory, baseline", f"{base_mem / 2**20:.1f} MiB", "1.00"),
-        ("peak traced memory, coalesced", f"{co_mem / 2**20:.1f} MiB", f"{co_mem / base_mem:.2f}"),
-    ], note=f"CPU and memory include the in-process moto server's share; process max RSS {rss:.0f} MiB. "
-            "The coalesced run also pays one Describe per job when it first sees it (not in the per-interval count).")
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print("RESULT " + json.dumps(child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))))
+        return
+    ns = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "100,500,2000").split(",")]
+    interval = float(sys.argv[2]) if len(sys.argv) > 2 else 5.0
+    intervals = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    results = {}
+    load_before = load_note()
+    for n in ns:
+        for variant in ("amazon", "smdist"):  # interleaved, so load hits both alike
+            proc = subprocess.run([sys.executable, __file__, "--child", variant, str(n), str(interval), str(intervals)],
+                                  capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}, check=False)
+            line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+            if not line:
+                print(proc.stderr[-3000:], file=sys.stderr)
+                results[(variant, n)] = None
+                continue
+            results[(variant, n)] = json.loads(line[-1][len("RESULT "):])
+            print(json.dumps(results[(variant, n)]), flush=True)
+    rows = []
+    for n in ns:
+        a, s = results.get(("amazon", n)), results.get(("smdist", n))
+        if not a or not s:
+            rows.append((f"N={n}", "run failed", "-"))
+            continue
+        rows += [
+            (f"N={n}: API calls per interval, Amazon SageMakerTrigger (baseline)", f"{a['calls_per_interval']:.1f}",
+             "1.00"),
+            (f"N={n}: API calls per interval, smdist trigger (logs on)", f"{s['calls_per_interval']:.1f}",
+             f"{s['calls_per_interval'] / a['calls_per_interval']:.4f}"),
+            (f"N={n}: API calls per job lifetime, Amazon / smdist", (f"{a['calls_per_job_lifetime']:.2f} / "
+                                                                f"{s['calls_per_job_lifetime']:.3f}"), f"{s['calls_per_job_lifetime'] / a['calls_per_job_lifetime']:.3f}"),
+            (f"N={n}: triggerer CPU s per interval, Amazon / smdist", (f"{a['cpu_per_interval']:.3f} / "
+                                                                  f"{s['cpu_per_interval']:.4f}"), f"{s['cpu_per_interval'] / max(a['cpu_per_interval'], 1e-9):.4f}"),
+            (f"N={n}: RSS added by the triggers, Amazon / smdist", (f"{a['rss_added_mib']:.0f} / "
+                                                                f"{s['rss_added_mib']:.0f} MiB"), f"{s['rss_added_mib'] / max(a['rss_added_mib'], 1e-9):.3f}"),
+        ]
+    report("Deferred waiting on N jobs: Amazon provider's SageMakerTrigger vs the smdist trigger (moto server)",
+           rows, note=f"poll interval {interval:g} s, {intervals} steady intervals; one process and one moto server "
+                      f"per run, runs interleaved. {load_before} Jobs live {intervals + 2} to {intervals + 3} "
+                      "intervals here; calls per job lifetime include execute_complete's Describe. Raw: "
+                      + json.dumps({f"{k[0]}/{k[1]}": v for k, v in results.items()}))
 
 
 if __name__ == "__main__":

@@ -89,8 +89,9 @@ class SmdistFunctionMixin:
         return first_failure(records, name, self.kind) if records else None
 
     def push_job_info(self, info: dict[str, Any]) -> None:
+        """The training / processing job's own small result, as the XCom ``smdist_job`` (beside the function's)."""
         context = getattr(self, "_smdist_context", None)
-        ti = (context or {}).get("ti") if isinstance(context, dict) or hasattr(context, "get") else None
+        ti = context.get("ti") if context is not None else None
         if ti is not None and hasattr(ti, "xcom_push"):
             ti.xcom_push(key=JOB_XCOM_KEY, value=info)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.instances import default_processes_per_host, gpu_count, is_gpu, is_trainium, \
@@ -36,7 +36,7 @@ def _positive_int(value: object, field: str) -> int:
     return value
 
 
-def world_size(instance_type: str, instance_count: int, distribution: dict | None) -> int:
+def world_size(instance_type: str, instance_count: int, distribution: dict[str, Any] | None) -> int:
     """Processes (data-parallel workers) in the job: hosts x processes per host.
 
     Processes per host follow the training toolkit's launchers (``sagemaker_training/runner.py``): MPI's
@@ -60,10 +60,10 @@ def check_training(
     *,
     instance_type: str,
     instance_count: int,
-    distribution: dict | None,
+    distribution: dict[str, Any] | None,
     checkpoint_s3_uri: str | None,
     algorithm: str | None = None,
-    instance_groups: list[dict] | None = None,
+    instance_groups: list[dict[str, Any]] | None = None,
 ) -> list[Advice]:
     """Best-practice checks for a training job. Raises SpecError for hard errors (including every
     :func:`airflow_smdist.specs.distribution.distribution_hyperparameters` error, such as SMDDP on an
@@ -161,7 +161,7 @@ class LRScaling:
     warmup_epochs: float
     warmup_start_learning_rate: float
 
-    def hyperparameters(self, lr_name: str = "learning_rate", warmup_name: str = "warmup_epochs") -> dict:
+    def hyperparameters(self, lr_name: str = "learning_rate", warmup_name: str = "warmup_epochs") -> dict[str, Any]:
         """``{lr_name: learning_rate, warmup_name: warmup_epochs}``, to merge into the job's hyperparameters."""
         return {lr_name: self.learning_rate, warmup_name: self.warmup_epochs}
 

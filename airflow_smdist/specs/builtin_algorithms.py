@@ -34,6 +34,7 @@ which needs network access, so :func:`algorithm_image_uri` asks for ``image_uri`
 from __future__ import annotations
 
 import difflib
+from typing import Any
 from dataclasses import dataclass
 
 from airflow_smdist.specs.errors import SpecError
@@ -172,7 +173,7 @@ def check_scaling(
     instance_type: str,
     instance_count: int,
     input_mode: str | None,
-    hyperparameters: dict | None = None,
+    hyperparameters: dict[str, Any] | None = None,
 ) -> list[str]:
     """Check that a training job asks ``name`` to scale only the ways it can.
 

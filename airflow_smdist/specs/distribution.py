@@ -121,14 +121,14 @@ def _enabled(options: Any) -> bool:
     return isinstance(options, dict) and options.get("enabled", False) is True
 
 
-def _smd(distribution: dict, name: str) -> dict:
+def _smd(distribution: dict[str, Any], name: str) -> dict[str, Any]:
     smd = distribution.get("smdistributed")
     if isinstance(smd, dict) and isinstance(smd.get(name), dict):
         return smd[name]
     return {}
 
 
-def strategy_of(distribution: dict | None) -> str | None:
+def strategy_of(distribution: dict[str, Any] | None) -> str | None:
     """The strategy that runs the job: ``"torch_distributed"``, ``"pytorchddp"``,
     ``"smdistributed_dataparallel"``, ``"smdistributed_modelparallel"``, ``"mpi"``, ``"parameter_server"``,
     ``"multi_worker_mirrored_strategy"``, ``"pytorchxla"``, or None (a plain single process per host).
@@ -152,7 +152,7 @@ def strategy_of(distribution: dict | None) -> str | None:
     return None
 
 
-def processes_per_host(distribution: dict | None) -> int | None:
+def processes_per_host(distribution: dict[str, Any] | None) -> int | None:
     """``mpi.processes_per_host`` when MPI is enabled and it is given, else None (the launcher's default:
     one process per GPU, see :func:`airflow_smdist.specs.instances.default_processes_per_host`)."""
     if not isinstance(distribution, dict):
@@ -164,14 +164,14 @@ def processes_per_host(distribution: dict | None) -> int | None:
 
 
 def distribution_hyperparameters(
-    distribution: dict | None,
+    distribution: dict[str, Any] | None,
     *,
     instance_type: str | None,
     framework: str | None = None,
     framework_version: str | None = None,
     py_version: str | None = None,
     entry_point: str | None = None,
-    instance_groups: list[dict] | None = None,
+    instance_groups: list[dict[str, Any]] | None = None,
 ) -> dict[str, object]:
     """Validate an SDK v2 ``distribution`` dict and return the hyperparameters the SDK would send for it.
 
@@ -217,7 +217,7 @@ def distribution_hyperparameters(
 # ---------------------------------------------------------------------------------------------- checks
 
 
-def _check_keys(distribution: dict) -> None:
+def _check_keys(distribution: dict[str, Any]) -> None:
     for key, options in distribution.items():
         if key == "instance_groups":
             continue
@@ -236,7 +236,7 @@ def _check_keys(distribution: dict) -> None:
         _check_options(f"distribution.{key}", options, _OPTIONS[key])
 
 
-def _check_options(field: str, options: dict, allowed: tuple[str, ...]) -> None:
+def _check_options(field: str, options: dict[str, Any], allowed: tuple[str, ...]) -> None:
     for opt in options:
         if opt not in allowed:
             close = difflib.get_close_matches(str(opt), allowed, n=1)
@@ -248,7 +248,7 @@ def _check_options(field: str, options: dict, allowed: tuple[str, ...]) -> None:
                         "write 'enabled': True.")
 
 
-def _check_smdistributed_shape(smd: dict) -> None:
+def _check_smdistributed_shape(smd: dict[str, Any]) -> None:
     # fw_utils.validate_smdistributed
     if len(smd) > 1:
         raise SpecError("distribution.smdistributed",
@@ -268,7 +268,8 @@ def _check_smdistributed_shape(smd: dict) -> None:
         _check_options(f"distribution.smdistributed.{strategy}", options, _SMD_OPTIONS[strategy])
 
 
-def _resolve_instance_groups(distribution: dict, instance_groups: list[dict] | None) -> tuple[list[str], list[str]]:
+def _resolve_instance_groups(distribution: dict[str, Any], instance_groups: list[dict[str, Any]] | None
+                             ) -> tuple[list[str], list[str]]:
     """fw_utils.validate_distribution's heterogeneous-cluster rules. Returns (training group names, their
     instance types); both empty for an ordinary cluster."""
     names = distribution.get("instance_groups")
@@ -284,7 +285,7 @@ def _resolve_instance_groups(distribution: dict, instance_groups: list[dict] | N
                                    "instance groups but the job defines none.",
                             "pass instance_groups (ResourceConfig.InstanceGroups) or drop this key.")
         return [], []
-    by_name: dict[str, dict] = {}
+    by_name: dict[str, dict[str, Any]] = {}
     for i, group in enumerate(instance_groups):
         if not isinstance(group, dict) or not isinstance(group.get("InstanceGroupName"), str):
             raise SpecError(f"instance_groups[{i}]", "must be a dict with InstanceGroupName, InstanceType and "
@@ -309,7 +310,7 @@ def _resolve_instance_groups(distribution: dict, instance_groups: list[dict] | N
     return names, [t for t in types if isinstance(t, str)]
 
 
-def _check_launchers(distribution: dict, group_names: list[str]) -> None:
+def _check_launchers(distribution: dict[str, Any], group_names: list[str]) -> None:
     """One launcher per job. The combinations SageMaker's containers run are torch_distributed +
     smdistributed (SMP v2, and SMDDP on p5) and mpi + smdistributed.modelparallel (SMP v1)."""
     enabled = [k for k in _LAUNCHERS if _enabled(distribution.get(k))]
@@ -347,7 +348,7 @@ def _check_launchers(distribution: dict, group_names: list[str]) -> None:
                         "enable a strategy, or drop instance_groups from the distribution.")
 
 
-def _check_framework(distribution: dict, framework: str | None, framework_version: str | None) -> None:
+def _check_framework(distribution: dict[str, Any], framework: str | None, framework_version: str | None) -> None:
     if not framework:
         return
     supported = FRAMEWORK_STRATEGIES.get(framework.lower())
@@ -377,7 +378,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _check_for_instance_type(distribution: dict, instance_type: str) -> None:
+def _check_for_instance_type(distribution: dict[str, Any], instance_type: str) -> None:
     strategies = [k for k in distribution if k != "instance_groups"]
     if is_trainium(instance_type):
         # fw_utils.validate_distribution_for_instance_type
@@ -409,7 +410,7 @@ def _check_for_instance_type(distribution: dict, instance_type: str) -> None:
                         "add 'torch_distributed': {'enabled': True} (SMP v2 / SMDDP over torchrun).")
 
 
-def _check_torch_distributed(distribution: dict, py_version: str | None, entry_point: str | None) -> None:
+def _check_torch_distributed(distribution: dict[str, Any], py_version: str | None, entry_point: str | None) -> None:
     # fw_utils.validate_torch_distributed_distribution (minus the GPU/Trainium-only rule: see module docstring)
     if not _enabled(distribution.get("torch_distributed")):
         return
@@ -423,7 +424,7 @@ def _check_torch_distributed(distribution: dict, py_version: str | None, entry_p
                         "packages).")
 
 
-def _check_smdistributed(distribution: dict, py_version: str | None) -> dict | None:
+def _check_smdistributed(distribution: dict[str, Any], py_version: str | None) -> dict[str, Any] | None:
     dp = _smd(distribution, "dataparallel")
     if _enabled(dp):
         if py_version and "py3" not in py_version:
@@ -447,11 +448,11 @@ def _check_smdistributed(distribution: dict, py_version: str | None) -> dict | N
     return dict(params)
 
 
-def _validate_mp_config(config: dict) -> None:
+def _validate_mp_config(config: dict[str, Any]) -> None:
     """fw_utils.validate_mp_config, with fields."""
     base = "distribution.smdistributed.modelparallel.parameters"
 
-    def one_of(key: str, values: list) -> None:
+    def one_of(key: str, values: list[Any]) -> None:
         if key in config and config[key] not in values:
             raise SpecError(f"{base}.{key}", f"{key} must be a value in: {values}.", f"use one of {values}.")
 
@@ -490,7 +491,7 @@ def _validate_mp_config(config: dict) -> None:
                         "enable one of them.")
 
 
-def _check_mpi(distribution: dict) -> None:
+def _check_mpi(distribution: dict[str, Any]) -> None:
     mpi = distribution.get("mpi")
     if not isinstance(mpi, dict):
         return
@@ -508,8 +509,8 @@ def _check_mpi(distribution: dict) -> None:
 # --------------------------------------------------------------------------------------- the mapping
 
 
-def _hyperparameters(distribution: dict, instance_type: str, group_names: list[str],
-                     mp_parameters: dict | None) -> dict[str, object]:
+def _hyperparameters(distribution: dict[str, Any], instance_type: str, group_names: list[str],
+                     mp_parameters: dict[str, Any] | None) -> dict[str, object]:
     """PyTorch._pytorch_distribution_configuration + Framework._distribution_configuration (+ TensorFlow's
     mwms and the PyTorch/Hugging Face XLA key)."""
     hp: dict[str, object] = {}

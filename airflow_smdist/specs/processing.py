@@ -142,7 +142,7 @@ class ProcessingPlan:
     uploads: list[Upload] = field(default_factory=list)
     spark: bool = False
     #: the validated EMR-style configuration (list form), for PySpark jobs
-    configuration: list[dict] | None = None
+    configuration: list[dict[str, Any]] | None = None
 
 
 # -- the builders' arguments, written once (the operators derive theirs from these) -------------------------
@@ -318,7 +318,7 @@ def network_config_request(network_config: Any) -> dict[str, Any] | None:
 
 
 # -- configuration (EMR-style classifications) -------------------------------------------------------------
-def validate_configuration(configuration: Any, field_name: str = "configuration") -> list[dict]:
+def validate_configuration(configuration: Any, field_name: str = "configuration") -> list[dict[str, Any]]:
     """Check an EMR-style configuration (a classification dict or a list of them) and return it as a list.
 
     Each entry is ``{"Classification": <one of SPARK_CLASSIFICATIONS>, "Properties": {str: str},
@@ -374,7 +374,7 @@ def _check_nesting(entry: dict[str, Any], name: str, parent: str | None, where: 
                             "[{'Classification': 'export', 'Properties': {'NAME': 'value'}}]}.")
 
 
-def _classification(entry: Any, where: str, parent: str | None) -> dict:
+def _classification(entry: Any, where: str, parent: str | None) -> dict[str, Any]:
     import difflib
 
     if not isinstance(entry, dict):
@@ -408,7 +408,7 @@ def _classification(entry: Any, where: str, parent: str | None) -> dict:
     return out
 
 
-def spark_defaults(configuration: list[dict] | None) -> dict[str, str]:
+def spark_defaults(configuration: list[dict[str, Any]] | None) -> dict[str, str]:
     """The ``spark-defaults`` properties of a (validated) configuration, later ones winning."""
     out: dict[str, str] = {}
     for entry in configuration or []:
@@ -437,7 +437,7 @@ def _entries(spec: Any, name: str, name_key: str) -> list[tuple[str | None, Any]
                     f"give {name}={{'raw': 's3://bucket/raw/'}}.")
 
 
-def _settings(spec: dict, keys: dict[str, str], where: str) -> dict[str, Any]:
+def _settings(spec: dict[str, Any], keys: dict[str, str], where: str) -> dict[str, Any]:
     import difflib
 
     out: dict[str, Any] = {}
@@ -454,7 +454,7 @@ def _settings(spec: dict, keys: dict[str, str], where: str) -> dict[str, Any]:
 
 
 def _inputs(spec: Any, job_name: str, code_location: str | None, allow_local: bool,
-            uploads: list[Upload]) -> list[dict]:
+            uploads: list[Upload]) -> list[dict[str, Any]]:
     out = []
     for i, (name, item) in enumerate(_entries(spec, "inputs", "input_name"), 1):
         where = f"inputs[{name!r}]" if name else f"inputs[{i - 1}]"
@@ -496,7 +496,7 @@ def _inputs(spec: Any, job_name: str, code_location: str | None, allow_local: bo
     return out
 
 
-def _outputs(spec: Any, allow_local: bool) -> list[dict]:
+def _outputs(spec: Any, allow_local: bool) -> list[dict[str, Any]]:
     out = []
     for i, (name, item) in enumerate(_entries(spec, "outputs", "output_name"), 1):
         where = f"outputs[{name!r}]" if name else f"outputs[{i - 1}]"
@@ -526,7 +526,7 @@ def _outputs(spec: Any, allow_local: bool) -> list[dict]:
     return out
 
 
-def _check_unique(inputs: list[dict], outputs: list[dict], reserved_inputs: tuple[str, ...],
+def _check_unique(inputs: list[dict[str, Any]], outputs: list[dict[str, Any]], reserved_inputs: tuple[str, ...],
                   reserved_outputs: tuple[str, ...]) -> None:
     seen: dict[str, str] = {}
     paths: dict[str, str] = {}
@@ -557,7 +557,7 @@ def _check_unique(inputs: list[dict], outputs: list[dict], reserved_inputs: tupl
 
 
 def _code_input(code: str, job_name: str, code_location: str | None, allow_local: bool, what: str,
-                uploads: list[Upload]) -> tuple[dict, str]:
+                uploads: list[Upload]) -> tuple[dict[str, Any], str]:
     """The ``code`` input (ScriptProcessor._include_code_in_inputs) and the script's base name."""
     if not isinstance(code, str) or not code:
         raise SpecError(what, "is required.", "give the script: a local file or an s3:// URI.")
@@ -722,7 +722,7 @@ def build_pyspark_processing(*, job_name: str, region: str | None = None, allow_
 
     # -- smspark-submit options, in PySparkProcessor._extend_processing_args' order ------------------------
     command = [SPARK_COMMAND]
-    extra_inputs: list[dict] = []
+    extra_inputs: list[dict[str, Any]] = []
     deps = {"submit_py_files": a.submit_py_files, "submit_jars": a.submit_jars, "submit_files": a.submit_files}
     for arg, channel in DEPENDENCY_CHANNELS:
         if deps[arg] is None:
@@ -731,7 +731,7 @@ def build_pyspark_processing(*, job_name: str, region: str | None = None, allow_
                            allow_local_uris, uploads, extra_inputs)
         command += [f"--{channel}", ",".join(uris)]
 
-    spark_outputs: list[dict] = []
+    spark_outputs: list[dict[str, Any]] = []
     if a.spark_event_logs_s3_uri:
         _check_uri(a.spark_event_logs_s3_uri, "spark_event_logs_s3_uri", allow_local_uris)
         command += ["--local-spark-event-logs-dir", SPARK_EVENT_LOGS_DIR]

@@ -122,7 +122,7 @@ def input_objects(prefix_uri: str, listing: Iterable[StoredObject], output_path:
     return out
 
 
-def objects_of_manifest(entries: list, output_path: str, sizes: dict[str, int] | None = None) -> list[InputObject]:
+def objects_of_manifest(entries: list[Any], output_path: str, sizes: dict[str, int] | None = None) -> list[InputObject]:
     """A ManifestFile's entries as InputObjects (``sizes`` by URI, where known)."""
     prefix, rels = parse_input_manifest(entries)
     base = prefix if prefix.endswith("/") else prefix + "/"
@@ -131,7 +131,7 @@ def objects_of_manifest(entries: list, output_path: str, sizes: dict[str, int] |
 
 
 # -- ManifestFile inputs -------------------------------------------------------------------------------------
-def input_manifest(objects: Iterable[InputObject]) -> list:
+def input_manifest(objects: Iterable[InputObject]) -> list[Any]:
     """SageMaker's ManifestFile for these objects: ``[{"prefix": P}, rel1, rel2, ...]`` with P + rel the
     object's URI. All objects must share the prefix (they do when listed under one input prefix)."""
     objects = list(objects)
@@ -190,7 +190,7 @@ class Entry:
     output_bytes: int | None = None
     job: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
@@ -262,8 +262,8 @@ def check_completeness(objects: list[InputObject], outputs: Iterable[StoredObjec
 
 # -- the inputs-to-outputs manifest --------------------------------------------------------------------------
 def batch_manifest(report: CompletenessReport, *, input_uri: str, output_path: str, fan_out: str,
-                   jobs: list[dict] | None = None, settings: dict | None = None, created: str | None = None,
-                   processed: Iterable[str] = ()) -> dict:
+                   jobs: list[dict[str, Any]] | None = None, settings: dict[str, Any] | None = None, created: str | None = None,
+                   processed: Iterable[str] = ()) -> dict[str, Any]:
     """The manifest written to ``<S3OutputPath>/_smdist/manifest.json``: one entry per input object with its
     output, sizes, record counts and status, plus the jobs and settings that produced them."""
     processed = set(processed)
@@ -285,7 +285,7 @@ def batch_manifest(report: CompletenessReport, *, input_uri: str, output_path: s
     }
 
 
-def manifest_summary(manifest: dict, manifest_location: str, limit: int = 1000) -> dict:
+def manifest_summary(manifest: dict[str, Any], manifest_location: str, limit: int = 1000) -> dict[str, Any]:
     """The XCom form of a manifest: counts, jobs, pending, and input -> output (at most ``limit`` pairs)."""
     entries = manifest["entries"]
     summary = {k: manifest[k] for k in ("input_uri", "output_uri", "fan_out", "complete", "objects", "records",

@@ -59,7 +59,7 @@ class TuningPlan:
     request: dict[str, Any]
     #: the training job the definition was made from (its source_dir / source_uri are the caller's upload)
     training: Any = None
-    advice: list = field(default_factory=list)
+    advice: list[Any] = field(default_factory=list)
     #: Grid: the number of combinations (= MaxNumberOfTrainingJobs)
     combinations: int | None = None
 
@@ -132,7 +132,7 @@ def _bound_text(value: Any, integer: bool) -> str:
     return repr(float(value)) if isinstance(value, float) else str(value)
 
 
-def _get(spec: dict, key: str) -> Any:
+def _get(spec: dict[str, Any], key: str) -> Any:
     for alias in _ALIASES[key]:
         if alias in spec:
             return spec[alias]
@@ -226,19 +226,19 @@ def parameter_ranges(ranges: dict[str, Any], *, script_mode: bool) -> dict[str, 
     return out
 
 
-def grid_size(ranges: dict[str, list[dict]]) -> int:
+def grid_size(ranges: dict[str, list[dict[str, Any]]]) -> int:
     """Combinations of the categorical ranges (what Grid runs)."""
     return math.prod(len(r["Values"]) for r in ranges.get("CategoricalParameterRanges", []))
 
 
-def grid_combinations(ranges: dict[str, list[dict]]) -> list[dict[str, str]]:
+def grid_combinations(ranges: dict[str, list[dict[str, Any]]]) -> list[dict[str, str]]:
     """Every combination of the categorical ranges, in range order (the first range varies slowest)."""
     cats = ranges.get("CategoricalParameterRanges", [])
     names = [r["Name"] for r in cats]
     return [dict(zip(names, combo)) for combo in itertools.product(*(r["Values"] for r in cats))]
 
 
-def tuned_names(ranges: dict[str, list[dict]]) -> list[str]:
+def tuned_names(ranges: dict[str, list[dict[str, Any]]]) -> list[str]:
     return [r["Name"] for key in (*RANGE_KINDS.values(), "AutoParameters") for r in ranges.get(key, [])]
 
 
@@ -317,7 +317,7 @@ def _name_errors(names: list[str], where: str) -> list[SpecError]:
 
 
 # ---- the rules, over the API shape (shared by the builder and the local backend) --------------------------
-def range_errors(ranges: dict[str, list[dict]], where: str = "HyperParameterTuningJobConfig.ParameterRanges"
+def range_errors(ranges: dict[str, list[dict[str, Any]]], where: str = "HyperParameterTuningJobConfig.ParameterRanges"
                  ) -> list[SpecError]:
     """What SageMaker rejects in ParameterRanges that botocore's model does not: bounds, scaling, names."""
     errors: list[SpecError] = []
@@ -334,7 +334,7 @@ def range_errors(ranges: dict[str, list[dict]], where: str = "HyperParameterTuni
     return errors + _name_errors(names, where)
 
 
-def definition_errors(definition: dict, ranges: dict, objective: dict | None, where: str) -> list[SpecError]:
+def definition_errors(definition: dict[str, Any], ranges: dict[str, Any], objective: dict[str, Any] | None, where: str) -> list[SpecError]:
     errors: list[SpecError] = []
     static = definition.get("StaticHyperParameters") or {}
     for name in tuned_names(ranges):

@@ -81,7 +81,7 @@ def _field(operation_name: str, name: str) -> str:
     return f"{operation_name}.{name}" if name else operation_name
 
 
-def _botocore_error(operation_name: str, error_type: str, name: str, info: dict) -> SpecError:
+def _botocore_error(operation_name: str, error_type: str, name: str, info: dict[str, Any]) -> SpecError:
     name = name.lstrip(".")
     where = _field(operation_name, name)
     if error_type == "missing required field":

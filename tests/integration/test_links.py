@@ -40,10 +40,12 @@ def resolved_links(op, ti) -> dict[str, str]:
 def operators(tmp_path, backend):
     from airflow_smdist.operators.processing import SmdistProcessingOperator
     from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
-    from airflow_smdist.operators.transform import SageMakerShardedBatchInferenceOperator
+    from airflow_smdist.operators.transform import (
+        SageMakerShardedBatchInferenceOperator,
+    )
     from airflow_smdist.operators.tuning import SmdistTuningOperator
 
-    common = dict(backend=backend, region_name="eu-west-1")
+    common = {"backend": backend, "region_name": "eu-west-1"}
     return [
         SageMakerDistributedTrainingOperator(task_id="train", image_uri=IMAGE, output_path="s3://b/out", **common),
         SmdistProcessingOperator(task_id="process", image_uri=IMAGE, code=str(tmp_path / "x.py"), **common),

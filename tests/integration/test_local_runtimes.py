@@ -207,3 +207,65 @@ def test_framework_processor_requirements_install_into_the_job_layer(tmp_path, m
     check = subprocess.run([runtime["python"], "-c", "import tabulate"], capture_output=True, check=False,
                            env={"PATH": "/usr/bin:/bin"})
     assert check.returncode != 0  # the shared runtime did not get the job's requirement
+
+
+INFERENCE_CODE = '''
+import sys
+
+
+def model_fn(model_dir):
+    try:
+        import airflow_smdist  # noqa: F401
+        where = "importable"
+    except ImportError:
+        where = "absent"
+    import sklearn
+    return {"sklearn": sklearn.__version__, "airflow_smdist": where, "python": sys.executable}
+
+
+def predict_fn(data, model):
+    return [[float(row.sum()), model["sklearn"], model["airflow_smdist"], model["python"]] for row in data]
+
+
+def output_fn(prediction, accept):
+    return "\\n".join(",".join(str(v) for v in row) for row in prediction)
+'''
+
+
+def test_transform_runs_the_inference_code_in_the_models_image_runtime(backend, tmp_path):
+    """The model's image (scikit-learn 1.2-1) gives the runtime: model_fn / predict_fn run on scikit-learn
+    1.2.x without airflow_smdist, and the .out objects land at SageMaker's names."""
+    import io
+    import tarfile
+
+    from airflow_smdist.backends.local import transform as local_transform
+    from airflow_smdist.specs.transform import build_model, build_transform
+
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        data = INFERENCE_CODE.encode()
+        info = tarfile.TarInfo("code/inference.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    model = f"model-{uuid.uuid4().hex[:6]}"
+    local_transform.create_model(backend, build_model(model_name=model, model_data=f"file://{archive}", role=ROLE,
+                                                      image_uri=SKLEARN_12).request)
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    (tmp_path / "in" / "a.csv").write_text("1,2\n3,4\n")
+    (tmp_path / "in" / "sub" / "b.csv").write_text("5,6\n7,8\n")
+    name = f"tj-{uuid.uuid4().hex[:6]}"
+    backend.submit("transform", build_transform(job_name=name, model_name=model, input_uri=f"file://{tmp_path}/in",
+                                                output_uri=f"file://{tmp_path}/out", instance_count=1,
+                                                content_type="text/csv", accept="text/csv", split_type="Line",
+                                                batch_strategy="MultiRecord", assemble_with="Line"))
+    import time
+
+    deadline = time.time() + 300
+    while backend.describe("transform", name)["TransformJobStatus"] == "InProgress" and time.time() < deadline:
+        time.sleep(0.3)
+    d = backend.describe("transform", name)
+    assert d["TransformJobStatus"] == "Completed", d.get("FailureReason")
+    rows = [line.split(",") for line in (tmp_path / "out" / "a.csv.out").read_text().splitlines()]
+    assert [r[0] for r in rows] == ["3.0", "7.0"]
+    assert rows[0][1].startswith("1.2.") and rows[0][2] == "absent" and "/runtimes/" in rows[0][3]
+    assert (tmp_path / "out" / "sub" / "b.csv.out").read_text().startswith("11.0,1.2.")

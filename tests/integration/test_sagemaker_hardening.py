@@ -96,3 +96,82 @@ def test_a_sagemaker_job_made_elsewhere_is_not_adopted(moto_server, s3_bucket):
                                               output_path=f"s3://{s3_bucket}/out", role="arn:aws:iam::123456789012:role/R")
     with pytest.raises(ForeignJob, match="no task of this provider"):
         op.execute(ctx("train"))
+
+
+# -- throttling in every waiting path (moto_throttle answers ThrottlingException as SageMaker does) ------------
+def _running_job(s3_bucket, name):
+    from moto_server import set_training_job_status
+
+    from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+
+    def op():
+        return SageMakerDistributedTrainingOperator(
+            task_id="train", backend="sagemaker", job_name=name, image_uri=IMAGE, output_path=f"s3://{s3_bucket}/out",
+            role="arn:aws:iam::123456789012:role/R", poll_interval=0.05, print_logs=False)
+
+    first = op()
+    first.wait_for_completion = False
+    first.execute(ctx_of(name))
+    set_training_job_status(name, "InProgress")
+    return op
+
+
+def ctx_of(name):
+    return {"ti": SimpleNamespace(dag_id="d", task_id="train", map_index=-1), "run_id": name}
+
+
+@pytest.fixture
+def fast_backoff(monkeypatch):
+    import moto_throttle
+
+    from airflow_smdist import lifecycle
+    from airflow_smdist.backends import sagemaker
+
+    monkeypatch.setattr(lifecycle, "MAX_BACKOFF_SECONDS", 0.02)
+    # one botocore attempt per call (its adaptive retries would only make the storm slower): what is left is
+    # the lifecycle's own backoff, the one that must carry every waiting path through the storm
+    monkeypatch.setattr(sagemaker, "DEFAULT_RETRIES", {"mode": "standard", "max_attempts": 1})
+    moto_throttle.reset()
+    yield moto_throttle
+    moto_throttle.reset()
+
+
+def test_a_throttling_storm_slows_the_worker_wait_but_does_not_fail_it(moto_server, s3_bucket, fast_backoff):
+    import threading
+
+    from moto_server import set_training_job_status
+
+    name = f"storm-wait-{uuid.uuid4().hex[:8]}"
+    op = _running_job(s3_bucket, name)
+    fast_backoff.throttle("DescribeTrainingJob", 12)  # more than botocore's own retries
+    threading.Timer(1.0, lambda: set_training_job_status(name, "Completed")).start()
+    assert op().execute(ctx_of(name))["status"] == "Completed"
+    assert fast_backoff.calls["DescribeTrainingJob"] >= 13
+
+
+def test_a_throttled_sensor_poke_is_not_a_failure(moto_server, s3_bucket, fast_backoff):
+    from moto_server import set_training_job_status
+
+    from airflow_smdist.sensors.training import SageMakerDistributedTrainingSensor
+
+    name = f"storm-poke-{uuid.uuid4().hex[:8]}"
+    _running_job(s3_bucket, name)
+    sensor = SageMakerDistributedTrainingSensor(task_id="watch", job_name=name, backend="sagemaker", poke_interval=0.2)
+    fast_backoff.throttle("DescribeTrainingJob", 1000)  # throttled for the whole poke interval
+    assert sensor.poke({}) is False
+    fast_backoff.reset()
+    set_training_job_status(name, "Completed")
+    assert sensor.poke({}).is_done
+
+
+def test_on_kill_under_throttling_still_stops_the_job(moto_server, s3_bucket, fast_backoff):
+    name = f"storm-kill-{uuid.uuid4().hex[:8]}"
+    op = _running_job(s3_bucket, name)()
+    op.own(ctx_of(name))
+    op.lifecycle.track(name)
+    fast_backoff.throttle("StopTrainingJob", 12)
+    fast_backoff.throttle("DescribeTrainingJob", 12)
+    op.on_kill()
+    client = boto3.client("sagemaker", endpoint_url=moto_server, region_name=REGION)
+    assert client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "Stopped"
+    assert fast_backoff.calls["StopTrainingJob"] >= 13

@@ -47,8 +47,11 @@ RUNTIME_ENV = "SMDIST_LOCAL_RUNTIME"
 CACHE_ENV = "SMDIST_RUNTIME_CACHE"
 REQUIREMENTS_KEY = "SMDIST_LOCAL_REQUIREMENTS"
 PYTHON_KEY = "SMDIST_LOCAL_PYTHON"
-FORMAT = 1  # bump when what a built runtime holds changes: a new key, so old runtimes are not reused
+FORMAT = 2  # bump when what a built runtime holds changes: a new key, so old runtimes are not reused
 PLATFORM_FILES = ("builtin_xgboost.py", "inference.py", "mpishim.py")
+#: what those files import beyond the image's packages (the transform engine's DataProcessing JSONPath): in
+#: every runtime uv builds, as the serving container's own agent has it
+PLATFORM_PACKAGES = ("jsonpath-ng",)
 _ECR = re.compile(r"^(?:[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?/)(?P<repo>[^:@]+)"
                   r"(?::(?P<tag>[A-Za-z0-9._-]+)|@sha256:[0-9a-f]{64})?$")
 
@@ -510,8 +513,9 @@ def attempts(spec: ImageSpec, torch: str | None) -> list[tuple[str, list[str]]]:
 
 
 def unpinned(spec: ImageSpec) -> list[str]:
-    """The companions whose image version is unknown: the newest that agrees with what is installed."""
-    return [pkg for pkg, version in spec.pins.items() if not version and pkg != "torch"]
+    """The companions whose image version is unknown (the newest that agrees with what is installed), and
+    the platform's own packages."""
+    return [pkg for pkg, version in spec.pins.items() if not version and pkg != "torch"] + list(PLATFORM_PACKAGES)
 
 
 def cache_key(spec: ImageSpec, python_version: str, sources: list[str], torch: str | None) -> str:

@@ -27,9 +27,19 @@ import traceback
 from pathlib import Path
 
 from airflow_smdist.backends.base import ModelNotFound, ResourceExists
-from airflow_smdist.backends.local import ACCOUNT, contract, dt, launcher
-from airflow_smdist.backends.local import inference
-from airflow_smdist.backends.local.store import private_dir, read_json, write_json_atomic
+from airflow_smdist.backends.local import (
+    ACCOUNT,
+    contract,
+    dt,
+    inference,
+    launcher,
+    runtimes,
+)
+from airflow_smdist.backends.local.store import (
+    private_dir,
+    read_json,
+    write_json_atomic,
+)
 from airflow_smdist.backends.local.supervisor import JobSupervisor, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.sharding import output_uri
@@ -245,6 +255,33 @@ class TransformSupervisor(JobSupervisor):
                 inference.extract_model(str(sourcedir), str(hd / "code"))
         return "code" if sourcedir is not None else None
 
+    def worker_command(self, host: contract.Host, base: str, items: list[dict], code_rel: str | None,
+                       defaults: str) -> list[str]:
+        """One instance's command. In the worker's interpreter: this module's worker, reading and writing storage
+        itself. In the image's runtime (no airflow_smdist, no storage client of ours): the inference engine run
+        by path over the instance's objects, staged here into ``.transform/input`` (SageMaker's agent feeds the
+        container the same way, from outside); :meth:`upload_runtime_outputs` uploads the ``.out`` objects."""
+        if self.runtime.is_worker:
+            return [sys.executable, "-m", "airflow_smdist.backends.local.transform", "--worker", str(self.dir),
+                    host.label]
+        staged = self.host_dir(host) / ".transform"
+        for item in items:
+            self.storage.download(item["uri"], staged / "input" / item["rel"])
+        (staged / "output").mkdir(parents=True, exist_ok=True)
+        args = ["--input", f"{base}/.transform/input", "--output", f"{base}/.transform/output",
+                "--model", f"{base}/model", "--defaults", defaults, "--failure-file", f"{base}/output/failure"]
+        if code_rel:
+            args += ["--code-dir", f"{base}/{code_rel}"]
+        return [self.runtime.python, self.runtime.platform_script("inference.py"), *args,
+                *inference.Settings.from_request(self.request).to_args()]
+
+    def upload_runtime_outputs(self, hosts: list[contract.Host], work: dict) -> None:
+        """Every object's ``<rel>.out`` the engine wrote, to its output URI (a Completed job has them all)."""
+        for host in hosts:
+            out = self.host_dir(host) / ".transform" / "output"
+            for key in work[host.label]:
+                self.storage.upload(out / (key.item["rel"] + ".out"), key.item["output"])
+
     def worker_env(self, container: dict, host: contract.Host, base: str, n_cpus: int) -> dict[str, str]:
         env = dict(os.environ)
         env.update(container.get("Environment") or {})
@@ -292,6 +329,11 @@ class TransformSupervisor(JobSupervisor):
             self.say(f"Downloading the model artifact for {self.request['ModelName']}")
             code_rel = self.stage_model(cluster, container, busy)
             defaults = inference.defaults_for_image(container.get("Image"))
+            self.runtime = runtimes.resolve(container.get("Image"), local_root=self.store.root, job_dir=self.dir,
+                                            environment=container.get("Environment") or {},
+                                            declared=self.state.get("runtimes") or {}, log=self.say,
+                                            field_name="PrimaryContainer.Image")
+            self.save(runtime=self.runtime.to_json())
             if self.stop_requested or (self.dir / "stop").exists():
                 status = "Stopped"
             else:
@@ -299,20 +341,22 @@ class TransformSupervisor(JobSupervisor):
                 for host in busy:
                     hd = self.host_dir(host)
                     base = "/opt/ml" if isolation == "namespace" else str(hd)
-                    write_json_atomic(hd / "worker.json", {
-                        "objects": [k.item for k in work[host.label]], "base": base, "code": code_rel,
-                        "defaults": defaults})
-                    cmd = [sys.executable, "-m", "airflow_smdist.backends.local.transform", "--worker", str(self.dir),
-                           host.label]
+                    items = [k.item for k in work[host.label]]
+                    write_json_atomic(hd / "worker.json", {"objects": items, "base": base, "code": code_rel,
+                                                            "defaults": defaults})
+                    cmd = self.worker_command(host, base, items, code_rel, defaults)
                     if isolation == "namespace":
                         cmd = launcher.wrap_in_namespace(cmd, str(hd), "/opt/ml")
-                    self.start_host(host, cmd, self.worker_env(container, host, base, n_cpus), str(hd))
+                    env = self.runtime.apply(self.worker_env(container, host, base, n_cpus))
+                    self.start_host(host, cmd, env, str(hd))
                 self.save(host_pids={label: p.pid for label, p in self.procs.items()})
                 self.say(f"Transforming on {len(busy)} instance(s) with the {defaults} inference defaults")
                 status, _secondary, reason = self.watch(cluster)
                 for t in self.readers:
                     t.join(timeout=10)
-        except PlatformError as e:
+                if status == "Completed" and not self.runtime.is_worker:
+                    self.upload_runtime_outputs(busy, work)
+        except (PlatformError, runtimes.RuntimeError_) as e:
             status, reason = "Failed", str(e)
         except Exception as e:  # noqa: BLE001 - any platform error fails the job with its reason
             self.log.write(traceback.format_exc())
