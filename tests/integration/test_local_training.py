@@ -85,11 +85,29 @@ def contract_job(backend, tmp_path, data, **kw):
     return name, d, [json.loads(files[f"contract-{r}.json"]) for r in range(2)]
 
 
-def test_contract_every_variable_and_config_file(backend, tmp_path, data):
+@pytest.mark.parametrize("isolation", ["namespace", "none"])
+def test_contract_every_variable_and_config_file(backend, tmp_path, data, monkeypatch, isolation):
+    if isolation == "namespace" and launcher.namespace_prefix() is None:
+        pytest.skip(f"hosts cannot be namespaced here: {launcher.namespaces_available()}")
+    monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", isolation)
+    # what the worker has and a job must not get (SageMaker gives a container none of it)
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "worker-secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "worker-secret")
+    monkeypatch.setenv("PYTHONPATH", REPO)
     name, d, hosts = contract_job(backend, tmp_path, data)
     assert d["ModelArtifacts"]["S3ModelArtifacts"] == f"file://{tmp_path}/out/{name}/output/model.tar.gz"
     addresses = [h["env"]["SM_CURRENT_HOST"] for h in hosts]
-    assert len(set(addresses)) == 2 and all(a.startswith("127.") for a in addresses)
+    if isolation == "namespace":  # SageMaker's names, each the host's own name, resolvable in every host
+        assert addresses == ["algo-1", "algo-2"] and [h["hostname"] for h in hosts] == addresses
+        assert all(set(h["resolved"]) == {"algo-1", "algo-2"} for h in hosts)
+        assert hosts[0]["resolved"] == hosts[1]["resolved"] and hosts[0]["resolved"]["algo-1"] != "127.0.0.1"
+    else:
+        assert len(set(addresses)) == 2 and all(a.startswith("127.") for a in addresses)
+    assert all(h["worker_env"] == [] for h in hosts), [h["worker_env"] for h in hosts]
+    for h in hosts:  # only the v2 toolkit's names
+        assert not {"SM_MASTER_ADDR", "SM_HOST_COUNT", "SM_CURRENT_HOST_RANK", "SM_INPUT_DATA_DIR",
+                    "SM_OUTPUT_FAILURE"} & set(h["env"])
+        assert h["env"]["SM_IS_HETERO"] == "false"
     for rank, h in enumerate(hosts):
         env, cfg = h["env"], h["config"]
         assert json.loads(env["SM_HOSTS"]) == sorted(addresses)
@@ -164,7 +182,8 @@ def test_relocated_paths_without_namespace(backend, tmp_path, data, monkeypatch)
         assert base == str(backend.job_dir("training", name) / "hosts" / f"algo-{rank + 1}")
         assert h["env"]["SM_MODEL_DIR"] == f"{base}/model"
     log = "\n".join(e.message for e in backend.log_events("training", name)[0])
-    assert "WITHOUT their own mount namespace" in log
+    for difference in launcher.FALLBACK_DIFFERENCES:  # one platform line names each difference
+        assert f"hosts run without namespaces (SMDIST_LOCAL_ISOLATION=none): {difference}" in log
 
 
 def test_ddp_two_hosts_join_one_process_group(backend, tmp_path, data):

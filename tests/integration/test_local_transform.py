@@ -8,10 +8,13 @@ import gzip
 import io
 import json
 import os
+import shutil
 import tarfile
+import tempfile
 import textwrap
 import time
 import uuid
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -338,8 +341,9 @@ def test_transform_job_spreads_objects_over_parallel_instance_processes(backend,
     for host in ("algo-1", "algo-2"):
         loaded = [e for e in lines[host] if "model_fn pid=" in e.message]
         assert len(loaded) == 1 and "batch=true strategy=MULTI_RECORD" in loaded[0].message
-        assert "host=127." in loaded[0].message
-        pids.add(loaded[0].message.split("pid=")[1].split()[0])
+        # SM_CURRENT_HOST: the host's own name (namespaces) or its loopback address (fallback)
+        assert f"host={host} " in loaded[0].message or "host=127." in loaded[0].message
+        pids.add((host, loaded[0].message.split("pid=")[1].split()[0]))
         done = [e.timestamp for e in lines[host] if " record(s) in " in e.message and "->" in e.message]
         assert len(done) == 2  # 4 objects, 2 per instance
         windows.append((done[0] - 0.6, done[-1]))
@@ -535,9 +539,12 @@ def test_mapped_shards_plan_run_and_merge_and_a_rerun_plans_only_the_missing(sco
     assert plan.execute(context(f"{run}-3", "plan")) == []
 
 
-def test_each_shard_job_is_retried_on_its_own(scoring, backend):
+def test_each_shard_job_is_retried_on_its_own(scoring, backend, request):
     tmp_path = scoring
-    marker = tmp_path / "fail-once"
+    # a file the model's code and the test share: not under /tmp, which is private to each namespaced host
+    shared = Path(tempfile.mkdtemp(prefix="smdist-test-", dir="/var/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    marker = shared / "fail-once"
     marker.write_text("x")
     model_archive(tmp_path / "model.tar.gz", fail_once=str(marker))
     # a request that fails once is retried by the platform (ModelClientConfig.InvocationsMaxRetries, default 3)

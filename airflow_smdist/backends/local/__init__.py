@@ -68,6 +68,15 @@ if TYPE_CHECKING:  # mypy checks that every registered module satisfies the prot
 STATE_POLL_SECONDS = 0.05
 
 
+def _create_time(pid: int) -> str:
+    import psutil
+
+    try:
+        return f"{psutil.Process(pid).create_time():.2f}"
+    except psutil.NoSuchProcess:
+        return "gone"
+
+
 def dt(epoch: float | None) -> datetime | None:
     """Epoch seconds as the aware datetime boto3 returns."""
     return datetime.fromtimestamp(epoch, tz=timezone.utc) if epoch else None
@@ -120,6 +129,10 @@ class LocalBackend:
         check_image(kind, request, self.local_runtimes)
         name = kind_info(kind).job_name(request)
         isolation = launcher.isolation_mode()
+        if isolation == "namespace":
+            from airflow_smdist.backends.local import hostnet
+
+            hostnet.reclaim()  # bridges of supervisors killed with -9
         try:
             job_dir = self.store.create(kind, name)
         except FileExistsError:
@@ -141,7 +154,7 @@ class LocalBackend:
             proc = subprocess.Popen([sys.executable, "-m", kind_info(kind).local_module, str(job_dir)],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=self._supervisor_env())
-        (job_dir / "supervisor.pid").write_text(str(proc.pid))
+        (job_dir / "supervisor.pid").write_text(f"{proc.pid} {_create_time(proc.pid)}")
         return name
 
     def describe(self, kind: str, name: str) -> dict[str, Any]:
@@ -160,7 +173,7 @@ class LocalBackend:
         job_dir = self.store.job_dir(kind, name)
         (job_dir / "stop").touch()
         pid = self._supervisor_pid(job_dir)
-        if pid_alive(pid):
+        if pid is not None:
             os.kill(pid, signal.SIGTERM)
 
     def wait_for_change(self, kind: str, names: str | list[str], timeout: float) -> None:
@@ -276,10 +289,17 @@ class LocalBackend:
 
     @staticmethod
     def _supervisor_pid(job_dir: Path) -> int | None:
+        """The job's supervisor's PID while that very process lives (psutil's start time tells it from a
+        later process that reused the PID), else None."""
         try:
-            return int((job_dir / "supervisor.pid").read_text())
-        except (FileNotFoundError, ValueError):
+            pid, _, started = (job_dir / "supervisor.pid").read_text().strip().partition(" ")
+        except FileNotFoundError:
             return None
+        if not pid.isdigit() or not pid_alive(int(pid)):
+            return None
+        if started and _create_time(int(pid)) != started:
+            return None
+        return int(pid)
 
     def _live_state(self, kind: str, name: str) -> dict:
         """The state file, corrected when the supervisor died without finishing it."""
@@ -287,12 +307,14 @@ class LocalBackend:
         state = self.store.state(kind, name)
         if state["status"] in TERMINAL_STATES:
             return state
-        pid = self._supervisor_pid(job_dir)
-        if pid is not None and not pid_alive(pid):
+        if (job_dir / "supervisor.pid").exists() and self._supervisor_pid(job_dir) is None:
             state = read_json(job_dir / "state.json")  # it may have finished just now
             if state["status"] not in TERMINAL_STATES:
-                for hpid in (state.get("host_pids") or {}).values():
-                    launcher.end_tree(hpid, 2)
+                # its hosts ended with it (their lifeline closed); its bridge is reclaimed here
+                if state.get("network"):
+                    from airflow_smdist.backends.local import hostnet
+
+                    hostnet.reclaim()
                 state.update(status="Failed", secondary_status="Failed", ended=time.time(),
                              failure_reason="InternalServerError: the local job supervisor exited unexpectedly "
                                             f"(see {job_dir / 'supervisor.log'})")

