@@ -22,6 +22,7 @@ from airflow_smdist.specs.training import build_training
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOSTS = os.path.join(REPO, "tests", "fixtures", "hosts")
+MPI = os.path.join(REPO, "tests", "fixtures", "mpi")
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 needs_namespaces = pytest.mark.skipif(launcher.namespace_prefix() is None,
                                       reason=f"hosts cannot be namespaced here: {launcher.namespaces_available()}")
@@ -40,10 +41,10 @@ def data(tmp_path):
     return f"file://{d}"
 
 
-def submit(backend, tmp_path, data, entry, *, instance_count=2, hps=None, backend_kw=None, **kw):
+def submit(backend, tmp_path, data, entry, *, instance_count=2, hps=None, source=HOSTS, **kw):
     name = f"{entry.split('.')[0].replace('_', '-')}-{uuid.uuid4().hex[:8]}"
     plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out", entry_point=entry,
-                          source_dir=HOSTS, image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
+                          source_dir=source, image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
                           instance_type="ml.m5.xlarge", instance_count=instance_count, hyperparameters=hps or {},
                           inputs={"train": data}, **kw)
     upload_source(plan.source_dir, entry, plan.source_uri)
@@ -191,3 +192,43 @@ def test_fallback_jobs_started_together_never_share_the_master_port(tmp_path, da
     assert [r["TrainingJobStatus"] for r in results] == ["Completed"] * 2, [r.get("FailureReason") for r in results]
     ports = {json.loads((backend.job_dir("training", n) / "state.json").read_text())["master_port"] for n in names}
     assert len(ports) == 2
+
+
+@pytest.mark.parametrize("isolation", ["namespace", "none"])
+def test_mpi4py_allreduce_on_2_hosts_x_2_processes_is_one_world_of_4(backend, tmp_path, data, monkeypatch, isolation):
+    if isolation == "namespace" and launcher.namespace_prefix() is None:
+        pytest.skip(f"hosts cannot be namespaced here: {launcher.namespaces_available()}")
+    monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", isolation)
+    name = submit(backend, tmp_path, data, "allreduce.py", source=MPI,
+                  distribution={"mpi": {"enabled": True, "processes_per_host": 2}})
+    d = wait(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    lines = [e.message for e in backend.log_events("training", name)[0] if "rank=" in e.message]
+    ranks = {int(m.split("rank=")[1].split()[0]): m for m in lines}
+    assert sorted(ranks) == [0, 1, 2, 3] and all("size=4 total=10" in m for m in lines)  # 1+2+3+4 over one world
+    assert all(m.startswith(f"[1,{r}]<stdout>:") for r, m in ranks.items())  # mpirun --tag-output
+    assert all("torch_rank=None" in m for m in lines)  # what Open MPI sets, not torch's RANK
+    if isolation == "namespace":  # ranks 2 and 3 run on algo-2, with the master's SM_* values as -x exports them
+        assert [m.split("host=")[1].split()[0] for _r, m in sorted(ranks.items())] == ["algo-1"] * 2 + ["algo-2"] * 2
+        assert all("sm_current_host=algo-1" in m for m in lines)
+    assert_nothing_left(backend, name)
+
+
+@needs_namespaces
+def test_an_exception_in_rank_3_fails_the_job_with_its_traceback_and_ends_every_rank(backend, tmp_path, data):
+    name = submit(backend, tmp_path, data, "allreduce.py", source=MPI, hps={"fail-rank": 3},
+                  distribution={"mpi": {"enabled": True, "processes_per_host": 2}})
+    d = wait(backend, name, timeout=60)  # the other ranks sleep 120 s: only the abort ends them sooner
+    assert d["TrainingJobStatus"] == "Failed"
+    assert "ValueError: rank 3 failed on purpose" in d["FailureReason"], d["FailureReason"]
+    assert_nothing_left(backend, name)
+
+
+def test_mpi_job_is_refused_before_it_starts_where_mpi_cannot_be_had(backend, tmp_path, data, monkeypatch):
+    from airflow_smdist.backends.local import mpi
+    from airflow_smdist.specs.errors import SpecError
+
+    monkeypatch.setattr(mpi, "mpirun_path", lambda bin_dir=None: None)
+    with pytest.raises(SpecError, match="pip install 'airflow-smdist\\[local\\]'"):
+        submit(backend, tmp_path, data, "allreduce.py", source=MPI, distribution={"mpi": {"enabled": True}})
+    assert not list(backend.store.root.rglob("request.json")) if backend.store.root.exists() else True

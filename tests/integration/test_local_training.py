@@ -205,22 +205,6 @@ def test_ddp_two_hosts_join_one_process_group(backend, tmp_path, data):
     assert d["FinalMetricDataList"][0]["MetricName"] == "train:loss"
 
 
-def test_mpi_launcher_runs_processes_per_host_ranks(backend, tmp_path, data):
-    """mpi with processes_per_host=2 on 2 hosts: 4 ranks with Open MPI's and torch's rank variables."""
-    pytest.importorskip("torch")
-    name = unique("mpi")
-    submit(backend, tmp_path, name=name, source=os.path.join(FIXTURES, "ddp"), entry="train.py",
-           hps={"epochs": 1}, distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
-           inputs={"train": {"s3_uri": f"file://{data}/train", "distribution": "ShardedByS3Key"}})
-    d = wait(backend, name)
-    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
-    lines = [e for e in backend.log_events("training", name)[0] if "allreduce_sum" in e.message]
-    assert len(lines) == 4 and {e.host for e in lines} == {"algo-1", "algo-2"}
-    assert all("allreduce_sum=10.0 world_size=4" in e.message for e in lines)  # 1+2+3+4
-    ranks = sorted(int(e.message.split("rank=")[1].split()[0]) for e in lines)
-    assert ranks == [0, 1, 2, 3]
-
-
 def test_failing_host_fails_the_job_and_ends_the_others(backend, tmp_path, data):
     name = unique("fail")
     submit(backend, tmp_path, name=name, source=os.path.join(FIXTURES, "contract"), entry="dump_env.py",

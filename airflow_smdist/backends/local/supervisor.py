@@ -30,7 +30,8 @@ from airflow_smdist.storage import Storage, StoredObject, parse_uri
 
 FAILURE_LIMIT = 1024
 #: a traceback's first line, also as torch's elastic agent prefixes a rank's output ("[rank0]: Traceback ...")
-_TRACEBACK = re.compile(r"^(\[[^\]]*\]:\s?)?Traceback \(most recent call last\):")
+#: a traceback's first line, also behind a rank's tag (torchrun's "[rank0]:", mpirun's "[1,3]<stderr>:")
+_TRACEBACK = re.compile(r"^(\[[^\]]*\](?:<std(?:out|err)>)?:\s?)?Traceback \(most recent call last\):")
 #: chained tracebacks ("During handling of the above exception ...") belong to the last one
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 

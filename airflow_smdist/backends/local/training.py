@@ -457,7 +457,7 @@ def check_request(request: dict) -> None:
                         f"{spec.get('TrainingImage')!r} runs its own container code, which needs Docker or SageMaker.",
                         "run it with backend='sagemaker', or give entry_point=... (script mode) or "
                         "ContainerEntrypoint so the local backend runs your code.")
-    rc = request["ResourceConfig"]
+    rc = request.get("ResourceConfig") or {}
     contract.check_instance_count(sum(int(g["InstanceCount"]) for g in rc.get("InstanceGroups") or [])
                                   or int(rc.get("InstanceCount", 1)), "ResourceConfig.InstanceCount")
     modes = [spec.get("TrainingInputMode", "File")] + [c.get("InputMode") for c in request.get("InputDataConfig", [])]
