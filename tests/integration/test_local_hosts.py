@@ -232,3 +232,21 @@ def test_mpi_job_is_refused_before_it_starts_where_mpi_cannot_be_had(backend, tm
     with pytest.raises(SpecError, match="pip install 'airflow-smdist\\[local\\]'"):
         submit(backend, tmp_path, data, "allreduce.py", source=MPI, distribution={"mpi": {"enabled": True}})
     assert not list(backend.store.root.rglob("request.json")) if backend.store.root.exists() else True
+
+
+@needs_namespaces
+def test_multi_worker_mirrored_strategy_gets_the_tf_toolkits_tf_config(backend, tmp_path, data):
+    """TF_CONFIG as the TensorFlow training toolkit builds it (workers on port 8890, "environment": "cloud"),
+    checked with a plain script: TensorFlow itself is not installed in CI (a ~600 MB wheel)."""
+    name = submit(backend, tmp_path, data, "tf_config.py",
+                  distribution={"multi_worker_mirrored_strategy": {"enabled": True}})
+    d = wait(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    events = backend.log_events("training", name)[0]
+    assert any(e.host == "platform" and e.message ==
+               "Running distributed training job with multi_worker_mirrored_strategy setup" for e in events)
+    configs = {e.host: json.loads(e.message[len("TF_CONFIG="):]) for e in events if e.message.startswith("TF_CONFIG=")}
+    assert configs["algo-2"] == {"cluster": {"worker": ["algo-1:8890", "algo-2:8890"]}, "environment": "cloud",
+                                 "task": {"index": 1, "type": "worker"}}
+    assert configs["algo-1"]["task"] == {"index": 0, "type": "worker"}
+    assert sum("reached every peer" in e.message for e in events) == 2

@@ -10,7 +10,7 @@ addresses (127.A.B.N), and hostinit, as child subreaper, still ends every proces
 entry point ends; the job's log names each difference.
 
 Either way the supervisor holds a *lifeline* pipe to each hostinit: when the supervisor dies, even by
-kill -9, every host ends (docs/local-hosts.md).
+kill -9, every host ends (README: "What the local backend gives a script").
 """
 
 from __future__ import annotations

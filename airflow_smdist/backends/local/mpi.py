@@ -2,7 +2,7 @@
 builds it, its daemons started on the other hosts by the project's rsh agent (:mod:`.mpiagent`).
 
 The toolkit's master runs ``mpirun --host algo-1:P,algo-2:P -np N ... -x SM_* ... python -m mpi4py <entry>``
-(docs/contracts.md, "MPI master"); Open MPI reaches the other instances over ssh and the workers wait
+(``sagemaker_training/mpi.py``, ``MasterRunner``, v5.1.x); Open MPI reaches the other instances over ssh and the workers wait
 for its daemon to come and go. Here the ssh agent is ``mpiagent.py``: it passes the daemon's command and
 its stdio to the supervisor (:class:`AgentServer`), which runs it inside the target host. Open MPI 5
 spellings replace the toolkit's Open MPI 4 ones (``--bind-to none --map-by slot``, ``--prtemca`` for the
