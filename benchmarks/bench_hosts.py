@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,16 +37,26 @@ from airflow_smdist.specs.training import build_training  # noqa: E402
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 
 
-def plain_start(tmp: str) -> float:
-    t = time.perf_counter()
+def cpu() -> float:
+    """CPU seconds of this process and its reaped children: what a start costs, whatever the machine's load."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def measured(fn, *args) -> tuple[float, float]:
+    """(wall, CPU) seconds of one call."""
+    c, t = cpu(), time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t, cpu() - c
+
+
+def plain_start(tmp: str) -> None:
     subprocess.Popen(["true"], cwd=tmp, stdin=subprocess.DEVNULL).wait()
-    return time.perf_counter() - t
 
 
-def host_start(tmp: str, isolation: str) -> float:
+def host_start(tmp: str, isolation: str) -> None:
     host_dir = os.path.join(tmp, "hosts", "algo-1")
     os.makedirs(os.path.join(host_dir, "code"), exist_ok=True)
-    t = time.perf_counter()
     net = None
     if isolation == "namespace":
         net = hostnet.JobNetwork(os.path.join(tmp, uuid.uuid4().hex), hostnet.pick_subnet())
@@ -61,10 +72,9 @@ def host_start(tmp: str, isolation: str) -> float:
     os.close(proc.lifeline)
     if net is not None:
         net.remove()
-    return time.perf_counter() - t
 
 
-def run_job(tmp: str, source: str, entry: str, distribution: dict) -> float:
+def run_job(tmp: str, source: str, entry: str, distribution: dict, hps: dict | None = None) -> float:
     data = Path(tmp, "data")
     data.mkdir(exist_ok=True)
     for i in range(2):
@@ -73,7 +83,7 @@ def run_job(tmp: str, source: str, entry: str, distribution: dict) -> float:
     name = f"bench-{uuid.uuid4().hex[:8]}"
     plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp}/out", entry_point=entry,
                           source_dir=source, image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
-                          instance_type="ml.m5.xlarge", instance_count=2, hyperparameters={"epochs": 1},
+                          instance_type="ml.m5.xlarge", instance_count=2, hyperparameters=hps or {},
                           distribution=distribution, inputs={"train": f"file://{data}"})
     upload_source(plan.source_dir, entry, plan.source_uri)
     t = time.perf_counter()
@@ -100,11 +110,16 @@ def main() -> None:
     os.environ.setdefault("SMDIST_LOCAL_RUNTIME", "worker")
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as tmp:
         modes = ["none"] + (["namespace"] if launcher.namespace_prefix() else [])
-        base = statistics.median(plain_start(tmp) for _ in range(args.repeat))
-        print(f"host start+end, plain process (baseline): {base * 1000:.1f} ms")
+        host_start(tmp, modes[-1])  # imports (pyroute2) once, as a supervisor does
+        runs = [measured(plain_start, tmp) for _ in range(args.repeat)]
+        base = [statistics.median(x) for x in zip(*runs)]
+        print(f"host start+end, plain process (baseline): {base[0] * 1000:.1f} ms wall, {base[1] * 1000:.1f} ms CPU "
+              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
         for mode in modes:
-            t = statistics.median(host_start(tmp, mode) for _ in range(args.repeat))
-            print(f"host start+end, {mode:9s}: {t * 1000:.1f} ms  ratio {t / base:.1f}x")
+            runs = [measured(host_start, tmp, mode) for _ in range(args.repeat)]
+            wall, used = (statistics.median(x) for x in zip(*runs))
+            print(f"host start+end, {mode:9s}: {wall * 1000:.1f} ms wall (ratio {wall / base[0]:.0f}x), "
+                  f"{used * 1000:.1f} ms CPU (ratio {used / max(base[1], 1e-4):.0f}x)")
         if not launcher.namespace_prefix():
             print(f"(namespaces unavailable here: {launcher.namespaces_available()})")
 
@@ -112,7 +127,7 @@ def main() -> None:
         if mpi.missing() is None:
             job = min(run_job(tmp, mpi_src, "allreduce.py", {"mpi": {"enabled": True, "processes_per_host": 2}})
                       for _ in range(args.jobs))
-            ref = min(direct([mpi.mpirun_path(), "--allow-run-as-root", "--host", "localhost:4", "-np", "4",
+            ref = min(direct([mpi.mpirun_path(), "--allow-run-as-root", "--host", "localhost:4", "-np", "4", "--bind-to", "none",
                               sys.executable, "-m", "mpi4py", "allreduce.py"], mpi_src) for _ in range(args.jobs))
             print(f"mpi4py allreduce 2x2: local job {job:.2f} s, mpirun directly {ref:.2f} s, ratio {job / ref:.2f}x")
         else:
@@ -120,7 +135,8 @@ def main() -> None:
 
         ddp_src = str(REPO / "tests" / "fixtures" / "ddp")
         data = Path(tmp, "data")
-        job = min(run_job(tmp, ddp_src, "train.py", {"torch_distributed": {"enabled": True}}) for _ in range(args.jobs))
+        job = min(run_job(tmp, ddp_src, "train.py", {"torch_distributed": {"enabled": True}}, {"epochs": 1})
+                  for _ in range(args.jobs))
         env = dict(os.environ, SM_MODEL_DIR=tmp, SM_CHANNEL_TRAIN=str(data), SM_CURRENT_HOST="localhost")
         ref = min(direct([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py",
                           "--epochs", "1"], ddp_src, env) for _ in range(args.jobs))

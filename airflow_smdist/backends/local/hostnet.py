@@ -20,6 +20,7 @@ with their owner's PID and start time in ``/run/smdist/bridges``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import ipaddress
@@ -27,6 +28,7 @@ import json
 import os
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -63,10 +65,11 @@ def pick_subnet(seed: int = 0) -> ipaddress.IPv4Network:
             raise ValueError(f"SMDIST_LOCAL_SUBNET={override}: give a /24 or a larger network")
         return next(net.subnets(new_prefix=24))
     used = _used_networks()
-    for block in CANDIDATES:
-        subnets = list(ipaddress.ip_network(block).subnets(new_prefix=24))
-        for i in range(len(subnets)):
-            net = subnets[(seed + i) % len(subnets)]
+    for block in map(ipaddress.ip_network, CANDIDATES):
+        count = block.num_addresses // 256
+        base = int(block.network_address)
+        for i in range(count):
+            net = ipaddress.IPv4Network((base + ((seed + i) % count) * 256, 24))
             if not any(net.overlaps(u) for u in used):
                 return net
     raise RuntimeError("no private /24 free of this machine's routes: set SMDIST_LOCAL_SUBNET")
@@ -76,6 +79,22 @@ def _setns(fd: int) -> None:
     if _libc.setns(fd, _CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+@contextlib.contextmanager
+def inside(pid: int) -> Iterator[None]:
+    """The calling thread in the network namespace of ``pid`` (sockets made meanwhile stay in it)."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+    try:
+        _setns(target)
+        try:
+            yield
+        finally:
+            _setns(own)
+    finally:
+        os.close(own)
+        os.close(target)
 
 
 def _pipe(a: socket.socket, b: socket.socket) -> None:
@@ -152,38 +171,26 @@ class JobNetwork:
 
     def plug(self, n: int, pid: int) -> None:
         """Give the host whose network namespace ``pid`` is in its ``eth0`` on the bridge, and ``lo``."""
-        from pyroute2 import IPRoute, NetNS
+        from pyroute2 import IPRoute
 
         outside = f"{self.bridge[:4]}{self.bridge[4:10]}v{n}"  # smdb + 6 hex + v + N: at most 14 characters
         with IPRoute() as ipr:
             ipr.link("add", ifname=outside, kind="veth", peer={"ifname": "eth0", "net_ns_pid": pid})
             ipr.link("set", ifname=outside, master=ipr.link_lookup(ifname=self.bridge)[0], state="up")
-        ns = NetNS(f"/proc/{pid}/ns/net")
-        try:
+        with inside(pid), IPRoute() as ns:  # a netlink socket opened in the host's namespace
             eth0 = ns.link_lookup(ifname="eth0")[0]
             ns.addr("add", index=eth0, address=self.address(n), prefixlen=self.subnet.prefixlen)
             ns.link("set", index=eth0, state="up")
             ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
-        finally:
-            ns.close()
 
     def forward(self, pid: int, endpoint: tuple[str, int]) -> None:
         """Let the host reach ``endpoint`` (a loopback address and port of this machine) at the same
         address and port inside its namespace."""
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-        try:
-            _setns(target)
-            try:
-                listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                listener.bind(endpoint)
-                listener.listen(64)
-            finally:
-                _setns(own)
-        finally:
-            os.close(own)
-            os.close(target)
+        with inside(pid):
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(endpoint)
+            listener.listen(64)
         self.listeners.append(listener)
         threading.Thread(target=_serve, args=(listener, endpoint), daemon=True).start()
 
