@@ -27,7 +27,6 @@ from airflow_smdist.backends.local import (
     contract,
     dt,
     last_modified,
-    launcher,
     mpi,
     runtimes,
     transitions_of,
