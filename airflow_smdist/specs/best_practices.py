@@ -204,7 +204,7 @@ def scale_learning_rate(
     When k <= 1 the learning rate does not grow, so ``warmup_epochs`` is 0. Raises SpecError with field
     ``lr_scaling.<argument>`` for non-positive numbers or an unknown rule.
     """
-    def positive(value: object, name: str, integer: bool) -> None:
+    def positive(value: Any, name: str, integer: bool) -> None:
         bad = isinstance(value, bool) or not isinstance(value, int if integer else (int, float))
         if bad or not value > 0 or (not integer and not math.isfinite(value)):
             kind = "a positive integer" if integer else "a positive number"

@@ -34,7 +34,7 @@ which needs network access, so :func:`algorithm_image_uri` asks for ``image_uri`
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, Sequence
 from dataclasses import dataclass
 
 from airflow_smdist.specs.errors import SpecError
@@ -61,8 +61,9 @@ class BuiltinAlgorithm:
     notes: str = ""
 
 
-def _alg(name, display, channels, required, modes, iclass, multi_instance, multi_gpu, parallelizable,
-         image=True, version=None, notes=""):
+def _alg(name: str, display: str, channels: Sequence[str], required: Sequence[str], modes: Sequence[str],
+         iclass: str, multi_instance: bool, multi_gpu: bool, parallelizable: str, image: bool = True,
+         version: str | None = None, notes: str = "") -> BuiltinAlgorithm:
     return BuiltinAlgorithm(
         name=name, display_name=display, channels=tuple(channels), required_channels=tuple(required),
         input_modes=tuple(modes), instance_class=iclass, multi_instance=multi_instance, multi_gpu=multi_gpu,

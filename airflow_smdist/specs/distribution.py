@@ -55,7 +55,7 @@ Where this module departs from SDK v2.257 on purpose:
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, cast
 
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.instances import SMDDP_SUPPORTED_INSTANCE_TYPES, family, is_trainium
@@ -124,7 +124,7 @@ def _enabled(options: Any) -> bool:
 def _smd(distribution: dict[str, Any], name: str) -> dict[str, Any]:
     smd = distribution.get("smdistributed")
     if isinstance(smd, dict) and isinstance(smd.get(name), dict):
-        return smd[name]
+        return cast("dict[str, Any]", smd[name])
     return {}
 
 
@@ -158,8 +158,8 @@ def processes_per_host(distribution: dict[str, Any] | None) -> int | None:
     if not isinstance(distribution, dict):
         return None
     mpi = distribution.get("mpi")
-    if _enabled(mpi) and mpi.get("processes_per_host"):
-        return mpi["processes_per_host"]
+    if isinstance(mpi, dict) and _enabled(mpi) and mpi.get("processes_per_host"):
+        return cast("int | None", mpi["processes_per_host"])
     return None
 
 

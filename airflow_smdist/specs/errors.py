@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SpecError(ValueError):
     """A request (or the arguments that build it) is wrong. Raised before any file is written or call made.
@@ -41,7 +43,7 @@ class SpecErrors(SpecError):
 _UNNATIVE = ("a Jinja template renders to a string unless the DAG sets render_template_as_native_obj=True")
 
 
-def as_mapping(value: object, field: str, example: str) -> dict[str, object]:
+def as_mapping(value: object, field: str, example: str) -> dict[str, Any]:
     """``value`` as a dict (None: empty), or a SpecError naming ``field``. A string that looks like a dict
     or list is what Jinja leaves when the DAG does not render native objects: the error says so."""
     from collections.abc import Mapping

@@ -20,7 +20,7 @@ import json
 import os
 import re
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, Callable, cast
 
 from airflow_smdist.specs.errors import SpecError
 
@@ -38,7 +38,7 @@ class _NeedsSDK(Exception):
     """A branch of ``image_uris.retrieve`` this module does not reproduce: ask the SDK."""
 
 
-def _sdk_retrieve():
+def _sdk_retrieve() -> Callable[..., str]:
     try:
         from sagemaker.core import image_uris  # SDK 3.x (sagemaker-core)
     except ImportError:
@@ -50,7 +50,7 @@ def _sdk_retrieve():
                 "cannot be looked up: the sagemaker SDK (which carries the image tables) is not installed.",
                 "pip install sagemaker-core, or pass image_uri explicitly.",
             ) from None
-    return image_uris.retrieve
+    return cast("Callable[..., str]", image_uris.retrieve)
 
 
 @lru_cache(maxsize=1)
@@ -66,13 +66,13 @@ def config_dir() -> str | None:
 
 
 @cache
-def _config(framework: str) -> dict:
+def _config(framework: str) -> dict[str, Any]:
     folder = config_dir()
     if folder is None:
         raise _NeedsSDK(framework)  # the SDK's own error says what to install
     try:
         with open(os.path.join(folder, f"{framework}.json")) as f:
-            return json.load(f)
+            return cast("dict[str, Any]", json.load(f))
     except FileNotFoundError:
         raise _NeedsSDK(framework) from None
 
@@ -88,10 +88,10 @@ def _ecr_hostname(region: str) -> str:
         data = {"hostname": f"ecr.{region}.amazonaws.com"}
     if not data:
         raise _NeedsSDK(region)
-    return data["hostname"]
+    return str(data["hostname"])
 
 
-def _check(arg, options, name: str) -> None:
+def _check(arg: Any, options: Any, name: str) -> None:
     if arg not in options:
         raise ValueError(
             f"Unsupported {name}: {arg}. You may need to upgrade your SDK version (pip install -U sagemaker) "
@@ -103,7 +103,7 @@ def _family(instance_type: str | None) -> str:
     return match[1] if match else ""
 
 
-def _scope_config(framework: str, image_scope: str | None) -> dict:
+def _scope_config(framework: str, image_scope: str | None) -> dict[str, Any]:
     config = _config(framework)
     scopes = config.get("scope", list(config.keys()))
     if len(scopes) == 1:
@@ -111,14 +111,14 @@ def _scope_config(framework: str, image_scope: str | None) -> dict:
     if not image_scope and "scope" in config and set(scopes) == {"training", "inference"}:
         image_scope = scopes[0]
     _check(image_scope, scopes, "image scope")
-    return config if "scope" in config else config[image_scope]
+    return config if "scope" in config else cast("dict[str, Any]", config[str(image_scope)])
 
 
-def _processor(instance_type: str | None, available: list | None) -> str | None:
+def _processor(instance_type: str | None, available: list[str] | None) -> str | None:
     if not available:
         return None
     if len(available) == 1 and not instance_type:
-        return available[0]
+        return str(available[0])
     if not instance_type or instance_type.startswith(("local", "neuron")):
         raise _NeedsSDK(instance_type)
     family = _family(instance_type)
@@ -134,30 +134,31 @@ def _processor(instance_type: str | None, available: list | None) -> str | None:
     return processor
 
 
-def _py_version(py_version: str | None, version_config: dict, framework: str) -> str | None:
+def _py_version(py_version: str | None, version_config: dict[str, Any], framework: str) -> str | None:
     available = version_config.get("py_versions") if "repository" in version_config else list(version_config)
     if not available:
         return None
     if py_version is None and framework == "spark":
         return None
     if py_version is None and len(available) == 1:
-        return available[0]
+        return str(available[0])
     _check(py_version, available, "Python version")
     return py_version
 
 
-def _huggingface(version_config: dict, base_framework_version: str | None) -> dict:
+def _huggingface(version_config: dict[str, Any], base_framework_version: str | None) -> dict[str, Any]:
     aliases = version_config.get("version_aliases")
     if not aliases:
         raise _NeedsSDK("huggingface without version_aliases")
     full = aliases.get(base_framework_version, base_framework_version)
     _check(full, list(version_config.keys()), "base framework")
-    return version_config.get(full)
+    return cast("dict[str, Any]", version_config.get(full))
 
 
-def _tag_prefix(framework, version, config, version_config, base_framework_version) -> str:
+def _tag_prefix(framework: str, version: str | None, config: dict[str, Any], version_config: dict[str, Any],
+                base_framework_version: str | None) -> str:
     if framework != "huggingface":
-        return version_config.get("tag_prefix", version)
+        return str(version_config.get("tag_prefix", version))
     match = re.match("^(pytorch|tensorflow)(.*)$", base_framework_version or "")
     if match is None:
         raise _NeedsSDK(base_framework_version)
@@ -165,7 +166,7 @@ def _tag_prefix(framework, version, config, version_config, base_framework_versi
 
 
 def _check_route(framework: str, instance_type: str | None, version: str | None, image_scope: str | None,
-                 kwargs: dict) -> None:
+                 kwargs: dict[str, Any]) -> None:
     """Raise _NeedsSDK for the branches of ``retrieve`` not reproduced here."""
     family = _family(instance_type)
     if (kwargs or not version or family.startswith(("inf", "trn")) or family in ("p2", "p4d")
@@ -194,8 +195,8 @@ def lookup_image_uri(framework: str, region: str, version: str | None = None, py
 
 
 @lru_cache(maxsize=1024)
-def _lookup(framework, region, version, py_version, instance_type, image_scope, container_version,
-            base_framework_version) -> str:
+def _lookup(framework: str, region: str, version: str | None, py_version: str | None, instance_type: str | None,
+            image_scope: str | None, container_version: str | None, base_framework_version: str | None) -> str:
     config = _scope_config(framework, image_scope)
     versions = list(config["versions"])
     aliases = config.get("version_aliases", {})

@@ -27,7 +27,7 @@ import os
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from airflow_smdist.specs.errors import MissingUploadLocation, SpecError, as_tags
 from airflow_smdist.specs.training import _as_int  # the builders' one integer coercion
@@ -865,7 +865,7 @@ def build_processing(*, job_name: str, region: str | None = None, allow_local_ur
         instances.check_instance_type(a.instance_type, "instance_type", "processing")
         image = script_image_uri(a.framework, a.framework_version, region, a.instance_type, a.py_version)
     else:
-        image = a.image_uri
+        image = cast(str, a.image_uri)
     if a.code and a.entrypoint:
         raise SpecError("entrypoint", "is built from command + code when code is given.",
                         "give code (and command), or entrypoint, not both.")
@@ -877,6 +877,7 @@ def build_processing(*, job_name: str, region: str | None = None, allow_local_ur
     reserved = (CODE_INPUT, ENTRYPOINT_INPUT) if a.source_dir else (CODE_INPUT,) if a.code else ()
     _check_unique(user_inputs, user_outputs, reserved, ())
     all_inputs = list(user_inputs)
+    final_entrypoint: list[str] | None
     if a.source_dir:
         bundle_inputs, final_entrypoint = _source_bundle(a.source_dir, a.code, a.command, job_name, a.code_location,
                                                          allow_local_uris, uploads)
@@ -902,7 +903,7 @@ def processing_request(**kwargs: Any) -> dict[str, Any]:
 
 
 # -- the one function with I/O ------------------------------------------------------------------------------------------
-def upload_plan(plan: ProcessingPlan, storage=None) -> list[str]:
+def upload_plan(plan: ProcessingPlan, storage: Any = None) -> list[str]:
     """Upload what ``plan.uploads`` lists (the caller runs this before submitting). Returns the URIs written.
 
     Raises SpecError naming the argument when a local file is missing (the SDK's "code ... wasn't found")."""

@@ -57,7 +57,7 @@ def plan_shards(objects: Iterable[StoredObject], n_shards: int) -> list[Shard]:
     if len(set(keys)) != len(keys):
         raise SpecError("objects", "the listing holds the same key twice.", "list each object once.")
     n = min(n_shards, len(objects))
-    loads = [[0, 0, i, []] for i in range(n)]  # bytes, count, index, members
+    loads: list[list[Any]] = [[0, 0, i, []] for i in range(n)]  # bytes, count, index, members
     for obj in sorted(objects, key=lambda o: (-o.size, o.key)):
         target = min(loads, key=lambda s: (s[0], s[1], s[2]))
         target[0] += obj.size

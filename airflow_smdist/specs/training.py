@@ -200,8 +200,8 @@ class JobSection:
     output_path: str
     hyperparameters: dict[str, Any] | None = None
     metric_definitions: list[dict[str, str]] | None = None
-    environment: dict[str, str] | None = None
-    tags: dict[str, str] | None = None
+    environment: dict[str, Any] | None = None
+    tags: dict[str, str] | list[dict[str, str]] | None = None
 
     def __post_init__(self) -> None:  # wrong types name their field (e.g. Jinja that rendered a dict as text)
         self.hyperparameters = as_mapping(self.hyperparameters, "hyperparameters", "{'epochs': 10}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from airflow_smdist.specs.errors import MissingUploadLocation, SpecError, as_mapping, as_tags
 from airflow_smdist.specs.training import _as_int  # the builders' one integer coercion
@@ -65,7 +65,7 @@ def _choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:
         close = difflib.get_close_matches(str(value), allowed, n=1)
         raise SpecError(name, f"{value!r} is not one of {', '.join(allowed)}.",
                         f"did you mean '{close[0]}'?" if close else f"use one of {', '.join(allowed)}.")
-    return value
+    return cast(str, value)
 
 
 def _tags(tags: Any) -> list[dict[str, str]] | None:
@@ -107,11 +107,11 @@ class ModelPlan:
 
     @property
     def image(self) -> str:
-        return self.request["PrimaryContainer"]["Image"]
+        return cast(str, self.request["PrimaryContainer"]["Image"])
 
     @property
     def model_data(self) -> str:
-        return self.request["PrimaryContainer"]["ModelDataUrl"]
+        return cast(str, self.request["PrimaryContainer"]["ModelDataUrl"])
 
 
 def _inference_code(model_name: str, entry_point: str | None, source_dir: str | None, code_location: str | None,
@@ -188,7 +188,7 @@ def build_model(
                             "give framework_version='1.2-1' (sklearn), '2.5' (pytorch), ...")
         image = inference_image_uri(framework, framework_version, instance_type, region, py_version)
     else:
-        image = image_uri
+        image = cast(str, image_uri)
     if not isinstance(model_data, str) or "://" not in model_data:
         raise SpecError("model_data", f"{model_data!r} is not a URI.",
                         "give the s3:// URI of model.tar.gz (a training job's ModelArtifacts.S3ModelArtifacts).")
@@ -231,7 +231,7 @@ def _check_jsonpath(path: Any, name: str) -> str:
     if len(path) > 63:
         raise SpecError(name, f"is {len(path)} characters long; at most 63 are allowed.", "shorten it.")
     try:
-        from jsonpath_ng import parse
+        from jsonpath_ng import parse  # type: ignore[attr-defined]  # re-exported, not in __all__
     except ImportError:  # the service checks it then
         return path
     inner = path[2:-1] if path.startswith("$[") and path.endswith("]") else None
@@ -495,7 +495,7 @@ def build_processing_inference(
     tags: Any = None,
     region: str | None = None,
     allow_local_uris: bool = True,
-):
+) -> Any:  # a ProcessingPlan (specs.processing, imported lazily)
     """The processing fan-out: a CreateProcessingJob whose ``data`` input is ``input_uri`` with
     ``ShardedByS3Key`` (each instance gets about 1/n of the objects), running the batch runner
     (``runner``: a local copy of :mod:`airflow_smdist.backends.local.inference` named

@@ -406,7 +406,7 @@ def _hyperband_errors(cfg: dict[str, Any], strategy: Any, definitions: list[dict
                                         "give hyperband_max_resource (the number of objective reports, e.g. epochs, "
                                         "of a full trial), or a static 'epochs' hyperparameter."))
             else:
-                hi = min(v for v, _k in inferred)
+                hi = min(found[0] for found in inferred if found is not None)
         if hi is not None:
             if hi > HYPERBAND_MAX_RESOURCE:
                 errors.append(SpecError(f"{where}.StrategyConfig.HyperbandStrategyConfig.MaxResource",

@@ -19,17 +19,17 @@ LOCAL_URI_PREFIXES = ("file://",)
 
 
 @lru_cache(maxsize=1)
-def service_model():
+def service_model() -> Any:
     import botocore.session
 
     return botocore.session.get_session().get_service_model("sagemaker")
 
 
-def operation_model(operation_name: str):
+def operation_model(operation_name: str) -> Any:
     return service_model().operation_model(operation_name)
 
 
-def shape_for(operation_name: str, path: str):
+def shape_for(operation_name: str, path: str) -> Any:
     """The botocore shape of member ``path`` ("ResourceConfig.InstanceType") of an operation's input."""
     shape = operation_model(operation_name).input_shape
     for part in path.split("."):
@@ -44,7 +44,7 @@ def enum_values(operation_name: str, path: str) -> list[str]:
 
 
 @lru_cache(maxsize=512)
-def _compiled(pattern: str):
+def _compiled(pattern: str) -> re.Pattern[str] | None:
     try:
         return re.compile(pattern, re.DOTALL)
     except re.error:  # a Java-only construct (\p{..}); leave that pattern to the service
@@ -86,14 +86,14 @@ def _botocore_error(operation_name: str, error_type: str, name: str, info: dict[
     where = _field(operation_name, name)
     if error_type == "missing required field":
         req = info.get("required_name")
-        return SpecError(f"{where}.{req}" if name else _field(operation_name, req),
+        return SpecError(f"{where}.{req}" if name else _field(operation_name, str(req)),
                          "is required but missing.", f"add '{req}' to the request.")
     if error_type == "unknown field":
         unknown = info.get("unknown_param")
-        valid = list(info.get("valid_names") or [])
-        close = difflib.get_close_matches(unknown, valid, n=1)
-        fix = f"did you mean '{close[0]}'?" if close else f"use one of {sorted(valid)}."
-        return SpecError(f"{where}.{unknown}" if name else _field(operation_name, unknown),
+        names = list(info.get("valid_names") or [])
+        close = difflib.get_close_matches(str(unknown), names, n=1)
+        fix = f"did you mean '{close[0]}'?" if close else f"use one of {sorted(names)}."
+        return SpecError(f"{where}.{unknown}" if name else _field(operation_name, str(unknown)),
                          "is not a member of this request.", fix)
     if error_type == "invalid type":
         valid = ", ".join(getattr(t, "__name__", str(t)) for t in info.get("valid_types", ()))
@@ -132,7 +132,7 @@ def _check_string(shape: Any, value: str, path: str, errors: list[SpecError], al
             errors.append(SpecError(path, f"{value!r} is not allowed here.", hint))
 
 
-def _walk(shape, value, path: str, errors: list[SpecError], allow_local: bool) -> None:
+def _walk(shape: Any, value: Any, path: str, errors: list[SpecError], allow_local: bool) -> None:
     if value is None:
         return
     t = shape.type_name
