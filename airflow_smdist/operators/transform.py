@@ -428,7 +428,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                 self._model = self.ensure_model(backend, context)
                 input_uri, data_type = self._input_for(storage, name, objects, pending, manifest)
                 request = self.make_request(backend, storage, name, input_uri, data_type)
-                backend.submit(self.kind, request)
+                self.lifecycle.submit(request)  # the lifecycle tags the job with its owner
                 self.log.info("Started %s job %s on the %s backend over %d object(s).", self.kind, name,
                               backend.name, len(pending))
                 processed = [o.uri for o in pending]
