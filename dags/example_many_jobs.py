@@ -113,6 +113,7 @@ with DAG(
 
     @task
     def summary(fan: list, chained: dict) -> dict:
+        fan = [fan[i] for i in range(len(fan))]  # by count: iterating mapped results reads one past the end
         losses = {r["job_name"]: r["final_metrics"].get("train:loss") for r in fan}
         print(f"fan-out: {len(fan)} jobs, final losses {losses}")
         print(f"long training: {len(chained['links'])} links, "

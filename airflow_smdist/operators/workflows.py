@@ -113,6 +113,7 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
             if self.finished(links[-1] if links else None):
                 break
             name = self.start_job(context, self.link_base(context, link))
+            self.persist_links(context, name)  # the links (and their XComs) follow the running link
             self.log.info("Chain link %d/%d: %s.", link, self.max_links, name)
             description = self.wait_or_defer(name, method_name="link_complete", kwargs={"link": link, "links": links})
             links.append(self.link_result(description))
