@@ -37,8 +37,8 @@ class _HostCounters:
     """Cumulative counters of one host's processes, surviving the processes that ended.
 
     Linux adds a reaped child's CPU time (``children_*``) and I/O (``/proc/<pid>/io``) to its parent, so a
-    process that ended counts through its parent when the parent is still in the tree, and on its own (its
-    last sample) otherwise. Totals are kept monotonic (a zombie not yet reaped would dip them)."""
+    process that ended counts through its nearest ancestor still alive in the tree, and on its own (its last
+    sample) when none is. Totals are kept monotonic (a zombie not yet reaped would dip them)."""
 
     def __init__(self) -> None:
         self.last: dict[int, tuple[int, tuple[float, int, int]]] = {}  # pid -> (ppid, (cpu s, read, written))
@@ -57,6 +57,16 @@ class _HostCounters:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             return None
 
+    def _absorbed(self, pid: int, seen: dict[int, tuple[int, tuple[float, int, int]]]) -> bool:
+        """Whether an ancestor of the ended ``pid`` (by the last known parents) is still alive: the chain of
+        reaps carries its counts up to that ancestor (a child ending with its parent in one interval too)."""
+        parent, hops = self.last[pid][0], 0
+        while parent in self.last and hops < 64:
+            if parent in seen:
+                return True
+            parent, hops = self.last[parent][0], hops + 1
+        return parent in seen
+
     def update(self, procs: list[psutil.Process]) -> tuple[float, int, int, int]:
         seen: dict[int, tuple[int, tuple[float, int, int]]] = {}
         rss = 0
@@ -65,8 +75,8 @@ class _HostCounters:
             if read is not None:
                 seen[p.pid] = (read[0], read[1])
                 rss += read[2]
-        for pid, (ppid, values) in self.last.items():
-            if pid not in seen and ppid not in seen:  # ended, and no parent here to absorb its counts
+        for pid, (_ppid, values) in self.last.items():
+            if pid not in seen and not self._absorbed(pid, seen):  # ended, and nothing alive absorbs it
                 self.ended = [a + b for a, b in zip(self.ended, values)]
         self.last = seen
         current = [sum(v[1][i] for v in seen.values()) + self.ended[i] for i in range(3)]
