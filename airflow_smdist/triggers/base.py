@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import os
 import random
@@ -352,7 +353,10 @@ class CoalescedLogPoller:
         self.round_done: asyncio.Future | None = None
 
     def watch(self, name: str, cursor: Any, sink: Callable[[list[LogEvent], Any], None]) -> None:
-        self.watchers[name] = {"cursor": cursor, "sink": sink}
+        # the watcher's context: Airflow's triggerer routes a log line to a trigger's log file by the
+        # contextvars bound in that trigger's task, so each sink runs in the context of the trigger that
+        # registered it, not in the context of whichever trigger started this shared poller
+        self.watchers[name] = {"cursor": cursor, "sink": sink, "context": contextvars.copy_context()}
         if self.task is None or self.task.done():
             self.source.acquire()
             self.task = asyncio.get_running_loop().create_task(self._run())
@@ -383,7 +387,7 @@ class CoalescedLogPoller:
                 continue
             w["cursor"] = cursor
             try:
-                w["sink"](events, cursor)
+                w["context"].run(w["sink"], events, cursor)
             except Exception:  # noqa: BLE001,S110 - one trigger's logging must not stop the others' lines
                 pass
 

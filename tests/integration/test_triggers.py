@@ -277,3 +277,43 @@ def test_local_source_lists_only_changed_jobs(tmp_path):
     backend = LocalBackend(tmp_path / "jobs")
     source = LocalStatusSource(backend)
     assert asyncio.run(source.changed_since("training", None)) == {}
+
+
+def test_coalesced_log_lines_go_to_the_log_of_the_trigger_that_watches_the_job():
+    """The triggerer routes a line to a trigger's log file by the structlog contextvars bound in that
+    trigger's task; the shared log poller's task was started by one trigger, so each job's lines must be
+    emitted in the context of the trigger watching that job (else they land in another task's log)."""
+    import asyncio
+
+    import structlog
+
+    from airflow_smdist.backends.base import LogEvent
+    from airflow_smdist.triggers.base import CoalescedLogPoller
+
+    class Source:  # stands in for the backend: two jobs, one line each
+        def acquire(self):
+            pass
+
+        async def read_logs(self, kind, cursors):
+            return {n: ([LogEvent(1.0, "algo-1", f"line of {n}")], 1) for n in cursors}
+
+        async def close(self):
+            pass
+
+    seen: dict[str, list] = {}
+
+    async def trigger(poller, trigger_id, job):
+        structlog.contextvars.bind_contextvars(trigger_id=trigger_id)
+        poller.watch(job, None, lambda events, _c: seen.setdefault(job, []).append(
+            (structlog.contextvars.get_contextvars().get("trigger_id"), [e.message for e in events])))
+        await poller.flush(job)
+        poller.unwatch(job)
+
+    async def main():
+        poller = CoalescedLogPoller(Source(), "training", 60)
+        await asyncio.gather(trigger(poller, 1, "job-a"), trigger(poller, 2, "job-b"))
+
+    asyncio.run(main())
+    assert {trigger_id for trigger_id, _ in seen["job-a"]} == {1}
+    assert {trigger_id for trigger_id, _ in seen["job-b"]} == {2}
+    assert seen["job-b"][0][1] == ["line of job-b"]
