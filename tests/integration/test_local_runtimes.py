@@ -188,7 +188,11 @@ def test_framework_processor_requirements_install_into_the_job_layer(tmp_path, m
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     src = tmp_path / "src"
     src.mkdir()
-    (src / "requirements.txt").write_text("tabulate==0.9.0\n")
+    # the wheel travels with the code: a namespaced host has no route off this machine (issue 22's NAT gap),
+    # and what is tested here is where the job's requirements go, not the package index
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(src),
+                    "tabulate==0.9.0"], check=True, timeout=300)
+    (src / "requirements.txt").write_text("./tabulate-0.9.0-py3-none-any.whl\n")
     (src / "process.py").write_text(
         "import sys, sklearn, tabulate\n"
         "open('/opt/ml/processing/output/result/out.txt', 'w').write(\n"
