@@ -13,7 +13,8 @@ server in tests, a local S3) and pipes each connection to the same endpoint outs
 the very URL the worker uses. With ``EnableNetworkIsolation`` no forwarder is made.
 
 A host's veth pair dies with its network namespace, so nothing is left when the hosts end, also after
-kill -9 of the supervisor; the bridge is deleted by the supervisor, or by :func:`reclaim` (run by the
+kill -9 of the supervisor (the kernel does it a little later); the bridge and the hosts' links are
+deleted by the supervisor before the job's final status, or by :func:`reclaim` (run by the
 next submit or describe) when its supervisor is gone. Bridges are named ``smdb<8 hex>`` and registered
 with their owner's PID and start time in ``/run/smdist/bridges``.
 """
@@ -40,6 +41,12 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def bridge_name(job_dir: str) -> str:
     return "smdb" + hashlib.sha1(str(job_dir).encode()).hexdigest()[:8]
+
+
+def host_link_prefix(bridge: str) -> str:
+    """The names of a job's host links outside their namespaces start with this (a bridge name's 11th
+    character is hex, never ``v``)."""
+    return bridge[:10] + "v"
 
 
 def _used_networks() -> list[ipaddress.IPv4Network]:
@@ -173,7 +180,7 @@ class JobNetwork:
         """Give the host whose network namespace ``pid`` is in its ``eth0`` on the bridge, and ``lo``."""
         from pyroute2 import IPRoute
 
-        outside = f"{self.bridge[:4]}{self.bridge[4:10]}v{n}"  # smdb + 6 hex + v + N: at most 14 characters
+        outside = f"{host_link_prefix(self.bridge)}{n}"  # smdb + 6 hex + v + N: at most 14 characters
         with IPRoute() as ipr:
             ipr.link("add", ifname=outside, kind="veth", peer={"ifname": "eth0", "net_ns_pid": pid})
             ipr.link("set", ifname=outside, master=ipr.link_lookup(ifname=self.bridge)[0], state="up")
@@ -207,12 +214,17 @@ def remove_bridge(name: str) -> None:
     from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
 
+    hosts = host_link_prefix(name)
     with IPRoute() as ipr:
-        try:
-            if ipr.link_lookup(ifname=name):
-                ipr.link("del", ifname=name)
-        except NetlinkError:
-            pass
+        # the hosts' veths first: one dies with its namespace, but the kernel tears a namespace down
+        # asynchronously, so a link can outlive the job by seconds; deleting it takes both ends at once
+        links = [link.get("ifname") or link.get_attr("IFLA_IFNAME") for link in ipr.get_links()]
+        for ifname in [n for n in links if n and n.startswith(hosts)] + [name]:
+            try:
+                if ipr.link_lookup(ifname=ifname):
+                    ipr.link("del", ifname=ifname)
+            except NetlinkError:
+                pass
     try:
         (REGISTRY / name).unlink()
     except FileNotFoundError:
