@@ -6,8 +6,8 @@ A local training job records, on every host, the environment and command line it
 (``Environment().to_env_vars()``) and which command its runner builds. The two are compared key by key.
 The inference codecs are compared with ``sagemaker-inference``'s the same way.
 
-Every difference allowed is in :data:`DELIBERATE` (with the reason) or :data:`PENDING` (a known gap that
-issue 11 item 4 removes; the entry goes when the fix lands): anything else fails the test.
+Every difference allowed is in :data:`DELIBERATE`, the one list of them, each with its reason: anything else
+fails the test.
 """
 
 from __future__ import annotations
@@ -44,24 +44,6 @@ DELIBERATE = {
     "SM_TRAINING_ENV.num_cpus": "as SM_NUM_CPUS",
     "command.python": "the job's runtime interpreter stands for the image's python",
     "command.master_port": "7777 unless another job holds it on this machine (then a free port, logged)",
-}
-#: known gaps being closed (issue 11 item 4, contract fixes): allowed until the fix lands, then removed here
-PENDING = {
-    "SM_MASTER_ADDR": "SDK v3 (ModelTrainer) name that the v2 training toolkit does not set",
-    "SM_MASTER_PORT": "SDK v3 name",
-    "SM_HOST_COUNT": "SDK v3 name",
-    "SM_CURRENT_HOST_RANK": "SDK v3 name",
-    "SM_INPUT_DATA_DIR": "SDK v3 name",
-    "SM_OUTPUT_FAILURE": "SDK v3 name",
-    "SM_HP_LEARNING-RATE": "dash drops names with '-' when the host's wrapper execs through /bin/sh",
-    "SM_HP_BATCH.SIZE": "dash drops names with '.' when the host's wrapper execs through /bin/sh",
-    "SM_DISTRIBUTION_INSTANCE_GROUPS": "the toolkit has [] without a distribution (process runner); local: every "
-                                       "group",
-    "SM_TRAINING_ENV.distribution_instance_groups": "as SM_DISTRIBUTION_INSTANCE_GROUPS",
-    "SM_TRAINING_ENV.distribution_hosts": "the toolkit has [] without a distribution (process runner)",
-    "SM_TRAINING_ENV.is_modelparallel_enabled": "the toolkit has None (SM_HP_MP_PARAMETERS unset); local: False",
-    "SM_TRAINING_ENV.topology": "the toolkit has [] (resourceconfig without topology); local: absent",
-    "command.--": "toolkit 5.1 runs `python -- <entry>` (end-of-options marker before the script)",
 }
 
 
@@ -173,7 +155,7 @@ def test_host_environment_matches_the_training_toolkit_key_by_key(jobs, toolkit_
         view = toolkit_view(toolkit_python, host_dir, local, kind)
         theirs = _normalized(view, host_dir, local["SAGEMAKER_BASE_DIR"])
         diffs = compare(local, theirs)
-        unexpected.update({f"{host} {k}": v for k, v in diffs.items() if k not in DELIBERATE and k not in PENDING})
+        unexpected.update({f"{host} {k}": v for k, v in diffs.items() if k not in DELIBERATE})
         assert local["MY_SETTING"] == "on"  # the request's Environment reaches the entry point
     assert not unexpected, json.dumps(unexpected, indent=1)
 
@@ -188,10 +170,7 @@ def test_entry_point_command_matches_the_toolkits_runner(jobs, toolkit_python, k
         if kind == "process":
             # toolkit: [python, "--", entry, *args]; the python stands for the image's (command.python)
             assert os.path.basename(theirs[0]).startswith("python") and rec["cmd"][0] == rec["executable"]
-            mine = rec["cmd"][1:]
-            if mine[:1] != ["--"] and "command.--" in PENDING:
-                mine = ["--", *mine]
-            assert mine == theirs[1:], (rec["cmd"], theirs)
+            assert rec["cmd"][1:] == theirs[1:], (rec["cmd"], theirs)
         else:
             mine = rec["parent"]
             assert mine[1:3] == ["-m", "torch.distributed.run"], mine  # the module torchrun runs

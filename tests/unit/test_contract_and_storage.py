@@ -68,6 +68,47 @@ def test_heterogeneous_cluster_groups():
     assert [g["instance_group_name"] for g in rc["instance_groups"]] == ["data", "gpu"]
 
 
+def _training_env(hps: dict, environment: dict | None = None, host: int = 0) -> dict:
+    import json
+
+    cluster = contract.make_cluster({"InstanceGroups": [
+        {"InstanceGroupName": "data", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1},
+        {"InstanceGroupName": "gpu", "InstanceType": "ml.g5.xlarge", "InstanceCount": 2}]}, (1, 2))
+    request = {"TrainingJobName": "j", "AlgorithmSpecification": {"TrainingInputMode": "File"},
+               "HyperParameters": {k: json.dumps(v) for k, v in hps.items()}, "Environment": environment or {}}
+    env = contract.host_environment(request=request, cluster=cluster, host=cluster.hosts[host],
+                                    paths=contract.HostPaths("/opt/ml"), channels=[], num_cpus=1)
+    return {**json.loads(env["SM_TRAINING_ENV"]),
+            "SM_DISTRIBUTION_INSTANCE_GROUPS": json.loads(env["SM_DISTRIBUTION_INSTANCE_GROUPS"])}
+
+
+@pytest.mark.parametrize("hps, groups, master", [
+    ({}, [], "127.1.2.1"),  # no distribution: none, and the first host is the master
+    ({"sagemaker_torch_distributed_enabled": True}, ["gpu"], "127.1.2.2"),  # the host's own group
+    ({"sagemaker_mpi_enabled": True, "sagemaker_distribution_instance_groups": ["gpu"]}, ["gpu"], "127.1.2.2"),
+])
+def test_distribution_groups_and_master_as_the_training_toolkit_derives_them(hps, groups, master):
+    env = _training_env(hps, host=1)
+    assert env["distribution_instance_groups"] == env["SM_DISTRIBUTION_INSTANCE_GROUPS"] == groups
+    assert env["distribution_hosts"] == (["127.1.2.2", "127.1.2.3"] if groups else [])
+    assert env["master_hostname"] == master
+    assert env["topology"] == []
+
+
+@pytest.mark.parametrize("environment, enabled", [
+    ({}, None), ({"SM_HP_MP_PARAMETERS": "{}"}, False), ({"SM_HP_MP_PARAMETERS": '{"partitions": 2}'}, True)])
+def test_model_parallel_flag_reads_the_containers_environment_as_the_toolkit_does(environment, enabled):
+    assert _training_env({}, environment)["is_modelparallel_enabled"] is enabled
+
+
+def test_python_entry_point_runs_after_the_end_of_options_marker_but_not_under_mpi4py():
+    from airflow_smdist.backends.local import mpi
+
+    cmd = contract.entry_command("train.py", ["--lr", "0.1"], "/nowhere", python="py")
+    assert cmd == ["py", "--", "train.py", "--lr", "0.1"]  # TTK 5.1's ProcessRunner
+    assert mpi.rank_program(cmd, "py") == ["py", "-m", "mpi4py", "train.py", "--lr", "0.1"]  # its MasterRunner
+
+
 def test_sharded_by_s3_key_gives_each_host_about_one_nth_and_never_splits_objects():
     objects = [StoredObject(f"s3://b/p/{i:02d}", f"p/{i:02d}", 1) for i in range(10)]
     shares = [shard(objects, r, 3) for r in range(3)]

@@ -218,6 +218,22 @@ def launcher_of(fixed_and_extra: dict) -> str:
     return "process"
 
 
+#: the distribution flags after which TTK counts the current instance group as a distribution group
+DISTRIBUTION_FLAGS = ("sagemaker_mpi_enabled", "sagemaker_parameter_server_enabled",
+                      "sagemaker_distributed_dataparallel_enabled", "sagemaker_pytorch_ddp_enabled",
+                      "sagemaker_pytorch_xla_multi_worker_enabled", "sagemaker_multi_worker_mirrored_strategy_enabled",
+                      "sagemaker_torch_distributed_enabled")
+
+
+def distribution_instance_groups(extra: dict, host: Host) -> list[str]:
+    """SM_DISTRIBUTION_INSTANCE_GROUPS as TTK computes it for ``host``: ``sagemaker_distribution_instance_groups``
+    when given, else the host's own group when a distribution is enabled, else none
+    (``get_distribution_instance_groups_from_resource_config``)."""
+    if "sagemaker_distribution_instance_groups" in extra:
+        return list(extra["sagemaker_distribution_instance_groups"] or [])
+    return [host.group] if any(extra.get(flag, False) for flag in DISTRIBUTION_FLAGS) else []
+
+
 def processes_per_host(extra: dict, num_gpus: int) -> int:
     """``sagemaker_mpi_num_of_processes_per_host`` or SM_NUM_GPUS or 1, as the containers decide."""
     n = extra.get("sagemaker_mpi_num_of_processes_per_host")
@@ -237,8 +253,9 @@ def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: Host
     rc = resource_config_json(cluster, host)
     entry = fixed.get("sagemaker_program") or ""
     channel_dirs = {ch: paths.p("input", "data", ch) for ch in sorted(channels)}
-    dist_groups = extra.get("sagemaker_distribution_instance_groups") or [g["instance_group_name"] for g in cluster.groups]
+    dist_groups = distribution_instance_groups(extra, host)
     dist_hosts = [a for g in cluster.groups if g["instance_group_name"] in dist_groups for a in g["hosts"]]
+    mp_parameters = (request.get("Environment") or {}).get("SM_HP_MP_PARAMETERS")
     training_env = {
         "additional_framework_parameters": extra,
         "channel_input_dirs": channel_dirs,
@@ -258,7 +275,9 @@ def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: Host
         "instance_groups_dict": {g["instance_group_name"]: g for g in cluster.groups},
         "is_hetero": cluster.is_hetero,
         "is_master": host.name == (dist_hosts[0] if dist_hosts else cluster.master),
-        "is_modelparallel_enabled": bool(user.get("mp_parameters")),
+        # TTK: ``os.environ.get("SM_HP_MP_PARAMETERS")`` when Environment() is made, i.e. the container's own
+        # environment (the request's Environment), not the hyperparameter: None when unset
+        "is_modelparallel_enabled": mp_parameters and mp_parameters != "{}",
         "is_smddpmprun_installed": False,
         "is_smddprun_installed": False,
         "job_name": job,
@@ -275,6 +294,7 @@ def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: Host
         "output_dir": paths.p("output"),
         "output_intermediate_dir": paths.p("output", "intermediate"),
         "resource_config": rc,
+        "topology": rc.get("topology", []),  # TTK: only GB200 Ultraservers' resourceconfig.json has one
         "user_entry_point": entry,
     }
     env: dict[str, str] = {
@@ -342,7 +362,7 @@ def entry_command(entry: str, args: list[str], code_dir_outside: str, python: st
     if os.path.exists(os.path.join(code_dir_outside, "setup.py")) and entry.endswith(".py"):
         return [python, "-m", entry[:-3].replace("/", "."), *args]
     if entry.endswith(".py"):
-        return [python, entry, *args]
+        return [python, "--", entry, *args]  # TTK 5.1: the end-of-options marker, so the name is a script's
     return ["/bin/sh", "-c", f"./{entry} {shlex.join(args)}"]
 
 

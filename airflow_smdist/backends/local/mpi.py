@@ -76,6 +76,8 @@ def master_command(*, hosts: list[str], nproc: int, extra: dict, interface: str,
 
 def rank_program(entry_cmd: list[str], python: str) -> list[str]:
     """What each rank runs: ``python -m mpi4py <entry> <args>`` for a Python entry point."""
+    if entry_cmd[:2] == [python, "--"]:  # the toolkit drops the end-of-options marker under mpi4py
+        return [python, "-m", "mpi4py", *entry_cmd[2:]]
     if entry_cmd and entry_cmd[0] == python and len(entry_cmd) > 1 and entry_cmd[1] != "-m":
         return [python, "-m", "mpi4py", *entry_cmd[1:]]
     if entry_cmd[:2] == [python, "-m"]:
