@@ -53,16 +53,10 @@ def collect(backend: Any, description: dict[str, Any]) -> tuple[list[dict], list
 
 def _collect_local(backend: Any, name: str) -> tuple[list[dict], list[dict]]:
     from airflow_smdist.backends.local.sampler import read_utilization
+    from airflow_smdist.backends.local.store import read_jsonl
 
     job_dir = backend.job_dir("training", name)
-    points = []
-    path = job_dir / "metrics.jsonl"
-    if path.exists():
-        for raw in path.read_text().splitlines():
-            try:
-                points.append(json.loads(raw))
-            except ValueError:
-                continue
+    points, _ = read_jsonl(job_dir / "metrics.jsonl")
     return points, read_utilization(job_dir)
 
 

@@ -14,7 +14,6 @@ state)``; and the supervisor's ``main(argv)``). The job-kind registry (:mod:`air
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -32,7 +31,7 @@ from airflow_smdist.backends.base import (
     tuning_log_events,
 )
 from airflow_smdist.backends.local import launcher
-from airflow_smdist.backends.local.store import JobStore, pid_alive, read_json, write_json_atomic
+from airflow_smdist.backends.local.store import JobStore, pid_alive, read_json, read_jsonl, write_json_atomic
 from airflow_smdist.kinds import kind_info, load
 from airflow_smdist.specs.validate import validate_request
 
@@ -219,15 +218,8 @@ class LocalBackend:
         logs = job_dir / "logs"
         for path in sorted(logs.glob("*.jsonl")) if logs.is_dir() else []:
             host = path.stem
-            offset = int(cursor.get(host, 0))
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-            complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next call
-            for raw in complete.splitlines():
-                rec = json.loads(raw)
-                events.append(LogEvent(rec["t"], host, rec["m"]))
-            cursor[host] = offset + len(complete)
+            records, cursor[host] = read_jsonl(path, int(cursor.get(host, 0)))
+            events.extend(LogEvent(rec["t"], host, rec["m"]) for rec in records)
         events.sort(key=lambda e: (e.timestamp, e.host))
         return events, cursor
 

@@ -144,13 +144,6 @@ class UtilizationSampler:
 
 
 def read_utilization(job_dir: Path) -> list[dict]:
-    path = Path(job_dir) / UTILIZATION_FILE
-    if not path.exists():
-        return []
-    out = []
-    for raw in path.read_text().splitlines():
-        try:
-            out.append(json.loads(raw))
-        except ValueError:  # a line still being written
-            continue
-    return out
+    from airflow_smdist.backends.local.store import read_jsonl
+
+    return read_jsonl(Path(job_dir) / UTILIZATION_FILE)[0]

@@ -64,6 +64,26 @@ def read_json(path: Path, default: Any = None) -> Any:
         return default
 
 
+def read_jsonl(path: Path, offset: int = 0) -> tuple[list[Any], int]:
+    """The records of the complete lines of a JSON-lines file from byte ``offset``, and the offset after
+    them: a line still being written (no newline yet) waits for the next call. A missing file has none.
+    Every JSON-lines file of a job (host logs, metrics, utilization) is read here."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    complete = data[: data.rfind(b"\n") + 1]
+    records = []
+    for raw in complete.splitlines():
+        try:
+            records.append(json.loads(raw))
+        except ValueError:  # a line torn by a writer killed mid-write: skipped, never fatal
+            continue
+    return records, offset + len(complete)
+
+
 def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False

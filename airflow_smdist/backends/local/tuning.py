@@ -47,6 +47,7 @@ from typing import Any
 
 from airflow_smdist.backends.base import TERMINAL_STATES, JobNotFound
 from airflow_smdist.backends.local import dt, last_modified
+from airflow_smdist.backends.local.store import read_jsonl
 from airflow_smdist.backends.local.supervisor import JobSupervisor, stop_grace
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.tuning import check_tuning_request, grid_combinations, infer_max_resource
@@ -465,21 +466,9 @@ class TuningSupervisor(JobSupervisor):
 
     def new_values(self, trial: Trial) -> list[float]:
         """Objective values the trial reported since the last call (its metrics.jsonl, complete lines)."""
-        path = self.backend.job_dir("training", trial.name) / "metrics.jsonl"
-        try:
-            with open(path, "rb") as f:
-                f.seek(trial.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        complete = data[: data.rfind(b"\n") + 1]
-        trial.offset += len(complete)
-        values = []
-        for raw in complete.splitlines():
-            point = json.loads(raw)
-            if point["name"] == self.objective["MetricName"]:
-                values.append(float(point["value"]))
-        return values
+        points, trial.offset = read_jsonl(self.backend.job_dir("training", trial.name) / "metrics.jsonl",
+                                          trial.offset)
+        return [float(p["value"]) for p in points if p["name"] == self.objective["MetricName"]]
 
     def stop_trial(self, trial: Trial, reason: str) -> None:
         if trial.stop_reason is None:
