@@ -273,3 +273,75 @@ def test_transform_runs_the_inference_code_in_the_models_image_runtime(backend, 
     assert [r[0] for r in rows] == ["3.0", "7.0"]
     assert rows[0][1].startswith("1.2.") and rows[0][2] == "absent" and "/runtimes/" in rows[0][3]
     assert (tmp_path / "out" / "sub" / "b.csv.out").read_text().startswith("11.0,1.2.")
+
+
+def _own_image_requests(tmp_path) -> dict[str, tuple[str, dict]]:
+    """One request of every job kind whose image is OWN_IMAGE (no local runtime declared for it)."""
+    from airflow_smdist.specs.processing import build_processing
+    from airflow_smdist.specs.transform import build_model
+    from airflow_smdist.specs.tuning import build_tuning
+
+    source = os.path.join(FIXTURES, "sk")
+    common = {"role": ROLE, "instance_type": "ml.m5.xlarge"}
+    training = build_training(job_name="own-train", output_path=f"file://{tmp_path}/out", entry_point="train.py",
+                              source_dir=source, image_uri=OWN_IMAGE, instance_count=1, **common).request
+    processing = build_processing(job_name="own-proc", image_uri=OWN_IMAGE, code="s3://b/prep.py", **common).request
+    tuning = build_tuning(job_name="own-tune", output_path=f"file://{tmp_path}/out", entry_point="train.py",
+                          source_dir=source, image_uri=OWN_IMAGE, objective_metric_name="m",
+                          metric_definitions=[{"Name": "m", "Regex": "m=([0-9.]+)"}], strategy="Grid",
+                          hyperparameter_ranges={"a": {"type": "categorical", "values": ["1", "2"]}}, max_jobs=2,
+                          **common).request
+    model = build_model(model_name=f"own-{uuid.uuid4().hex[:6]}", model_data=f"file://{tmp_path}/model.tar.gz",
+                        role=ROLE, image_uri=OWN_IMAGE).request
+    return {"training": ("AlgorithmSpecification.TrainingImage", training),
+            "processing": ("AppSpecification.ImageUri", processing),
+            "tuning": ("TrainingJobDefinition.AlgorithmSpecification.TrainingImage", tuning),
+            "model": ("PrimaryContainer.Image", model)}
+
+
+def _assert_names_the_fix(text: str, field: str) -> None:
+    assert field in text and "is not a SageMaker framework image with a local runtime" in text, text
+    assert "SMDIST_LOCAL_REQUIREMENTS" in text and "SMDIST_LOCAL_PYTHON" in text and "local_runtimes" in text
+
+
+@pytest.mark.parametrize("kind", ["training", "processing", "tuning", "model"])
+def test_own_image_without_a_declared_runtime_is_refused_for_every_job_kind(backend, tmp_path, kind):
+    """Refused when the job (or the model a transform runs) is submitted, naming the field and the ways to
+    declare a runtime; nothing is written."""
+    field, request = _own_image_requests(tmp_path)[kind]
+    with pytest.raises(SpecError) as e:
+        if kind == "model":
+            backend.create_model(request)
+        else:
+            backend.submit(kind, request)
+    _assert_names_the_fix(str(e.value), field)
+    assert not backend.store.root.exists() or not list(backend.store.root.rglob("*.json"))
+
+
+def test_transform_of_a_model_whose_image_has_no_local_runtime_is_refused_at_submit(backend, tmp_path,
+                                                                                       monkeypatch):
+    """A model stored while jobs ran in the worker's runtime (no image check then) is checked again when a
+    transform job names it: refused at CreateTransformJob, not when the job runs."""
+    from airflow_smdist.specs.transform import build_transform
+
+    _field, model = _own_image_requests(tmp_path)["model"]
+    monkeypatch.setenv("SMDIST_LOCAL_RUNTIME", "worker")
+    backend.create_model(model)
+    monkeypatch.setenv("SMDIST_LOCAL_RUNTIME", "image")
+    request = build_transform(job_name=f"tj-{uuid.uuid4().hex[:6]}", model_name=model["ModelName"],
+                              input_uri=f"file://{tmp_path}/in", output_uri=f"file://{tmp_path}/out",
+                              instance_count=1, content_type="text/csv")
+    with pytest.raises(SpecError) as e:
+        backend.submit("transform", request)
+    _assert_names_the_fix(str(e.value), "PrimaryContainer.Image")
+    assert model["ModelName"] in str(e.value)
+    assert not (backend.store.root / "transform").exists() or not os.listdir(backend.store.root / "transform")
+    # declared in the backend's connection extra (here: an existing interpreter), the same transform is accepted
+    declared = LocalBackend(backend.store.root, local_runtimes={OWN_IMAGE: {"python": sys.executable}})
+    declared.submit("transform", request)
+    import time
+
+    deadline = time.time() + 120
+    while declared.describe("transform", request["TransformJobName"])["TransformJobStatus"] == "InProgress":
+        assert time.time() < deadline
+        time.sleep(0.3)

@@ -126,6 +126,10 @@ class LocalBackend:
         from airflow_smdist.backends.local.runtimes import check_image
 
         check_image(kind, request, self.local_runtimes)
+        if kind == "transform":
+            from airflow_smdist.backends.local.transform import check_model_image
+
+            check_model_image(self, request)
         name = kind_info(kind).job_name(request)
         isolation = launcher.isolation_mode()
         if isolation == "namespace":

@@ -341,29 +341,36 @@ def _declared_runtime(image: str, environment: dict, declared: dict) -> ImageSpe
                      requirements=tuple(reqs), python=entry.get("python") or None)
 
 
-#: where each job kind's request names its image, for :func:`check_image`
+#: where each job kind's request names its image, for :func:`check_image` (the image's Environment is beside it:
+#: the request's, the training job definition's, the model's container's); "model" is CreateModel's request
 IMAGE_FIELDS = {
     "training": ("AlgorithmSpecification", "TrainingImage"),
     "processing": ("AppSpecification", "ImageUri"),
     "tuning": ("TrainingJobDefinition", "AlgorithmSpecification", "TrainingImage"),
+    "model": ("PrimaryContainer", "Image"),
 }
+_ENVIRONMENT_OF = {"tuning": ("TrainingJobDefinition",), "model": ("PrimaryContainer",)}
 
 
-def check_image(kind: str, request: dict, declared: dict | None = None) -> None:
-    """Refuse, before the job starts, an image that has no local runtime (SpecError naming the fields)."""
+def check_image(kind: str, request: dict, declared: dict | None = None, context: str = "") -> None:
+    """Refuse, before the job starts, an image that has no local runtime (SpecError naming the fields).
+    ``context`` says where the request comes from (e.g. the model a transform job names)."""
     if kind not in IMAGE_FIELDS or runtime_mode() == "worker":
         return
     node, path = request, IMAGE_FIELDS[kind]
     for key in path:
         node = (node or {}).get(key) or {}
     image = node if isinstance(node, str) else ""
-    env = request.get("Environment") or (request.get("TrainingJobDefinition") or {}).get("Environment") or {}
+    holder = request
+    for key in _ENVIRONMENT_OF.get(kind, ()):
+        holder = holder.get(key) or {}
+    env = holder.get("Environment") or {}
     if not image:
         return  # AlgorithmName and the like: the kind's own check_request refuses them
     try:
         image_spec(image, environment=env, declared=declared, field_name=".".join(path))
     except RuntimeError_ as e:
-        raise SpecError(e.field, e.message, e.fix) from None
+        raise SpecError(e.field, (context + ": " if context else "") + e.message, e.fix) from None
 
 
 # -- uv -----------------------------------------------------------------------------------------------------

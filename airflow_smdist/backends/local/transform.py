@@ -94,6 +94,7 @@ def create_model(backend, request: dict) -> str:
 
     validate_request("CreateModel", request, allow_local_uris=True)
     check_model(request)
+    runtimes.check_image("model", request, getattr(backend, "local_runtimes", None))
     name = request["ModelName"]
     path = _model_path(backend.store.root, name)
     private_dir(path.parent, chmod=True)
@@ -106,6 +107,16 @@ def create_model(backend, request: dict) -> str:
     with os.fdopen(fd, "w") as f:
         json.dump({"request": request, "created": time.time(), "arn": arn}, f, indent=1, sort_keys=True)
     return arn
+
+
+def check_model_image(backend, request: dict) -> None:
+    """CreateTransformJob: the model it names must have a local runtime for its image (checked again here: the
+    model may have been created while jobs ran in the worker's runtime, or with other declared runtimes).
+    A missing model is left to the job, which fails as SageMaker's does."""
+    record = read_json(_model_path(backend.store.root, request["ModelName"]))
+    if record is not None:
+        runtimes.check_image("model", record["request"], getattr(backend, "local_runtimes", None),
+                             context=f"model {request['ModelName']!r}, which this transform job runs")
 
 
 def _stored_model(root: Path, backend_region: str, name: str, operation: str) -> dict:
