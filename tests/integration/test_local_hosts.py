@@ -237,7 +237,7 @@ def test_mpi_job_is_refused_before_it_starts_where_mpi_cannot_be_had(backend, tm
 @needs_namespaces
 def test_multi_worker_mirrored_strategy_gets_the_tf_toolkits_tf_config(backend, tmp_path, data):
     """TF_CONFIG as the TensorFlow training toolkit builds it (workers on port 8890, "environment": "cloud"),
-    checked with a plain script: TensorFlow itself is not installed in CI (a ~600 MB wheel)."""
+    checked key by key with a plain script (test_local_tensorflow.py runs a real MWMS job on TensorFlow)."""
     name = submit(backend, tmp_path, data, "tf_config.py",
                   distribution={"multi_worker_mirrored_strategy": {"enabled": True}})
     d = wait(backend, name)
