@@ -8,7 +8,7 @@ from typing import Any
 from airflow_smdist.kinds import kind_info
 
 
-def wait(backend: Any, kind: str, name: str, timeout: float = 120) -> dict:
+def wait(backend: Any, kind: str, name: str, timeout: float = 300) -> dict:
     """The job's Describe* response once it is terminal; on timeout an AssertionError with its supervisor log.
     Waits on the backend's own change notification (``wait_for_change``), as the operators do."""
     status_key = kind_info(kind).status_key

@@ -4,7 +4,6 @@ characters (issue 12 "Errors", issue 18 "FailureReason of a training job")."""
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
 import pytest
@@ -14,6 +13,7 @@ from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.processing import build_processing, upload_plan
 from airflow_smdist.specs.training import build_training
 from airflow_smdist.storage import Storage
+from jobs import wait
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAULTS = os.path.join(REPO, "tests", "fixtures", "faults")
@@ -22,15 +22,6 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1"
 EXCEPTION_LINE = "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/smdist-expected-input.csv'"
 
 
-def wait(backend, kind, name, timeout=180):
-    key = {"training": "TrainingJobStatus", "processing": "ProcessingJobStatus"}[kind]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        d = backend.describe(kind, name)
-        if d[key] in ("Completed", "Failed", "Stopped"):
-            return d
-        time.sleep(0.3)
-    raise AssertionError(f"{kind} job {name} did not end")
 
 
 @pytest.fixture

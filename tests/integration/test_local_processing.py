@@ -24,6 +24,7 @@ from airflow_smdist.backends.local import LocalBackend, launcher
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.processing import build_processing, build_pyspark_processing, upload_plan
 from airflow_smdist.specs.validate import service_model
+from jobs import wait
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
@@ -35,15 +36,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def wait(backend, name, timeout=300):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        d = backend.describe("processing", name)
-        if d["ProcessingJobStatus"] in TERMINAL:
-            return d
-        time.sleep(0.3)
-    raise AssertionError(f"job {name} still {d['ProcessingJobStatus']} after {timeout}s:\n"
-                         + (backend.job_dir("processing", name) / "supervisor.log").read_text())
 
 
 def files_under(uri: str) -> dict[str, str]:
@@ -183,7 +175,7 @@ def _spark_jobs(tmp_path_factory):
         upload_plan(plan)
         backend.submit("processing", plan.request)
     started = time.time()
-    described = {n: wait(backend, n) for n in (ok_name, fail_name)}
+    described = {n: wait(backend, "processing", n) for n in (ok_name, fail_name)}
     return SimpleNamespace(backend=backend, ok=ok, fail=fail, ok_name=ok_name, fail_name=fail_name, store=store,
                            described=described, seconds=time.time() - started, data=data)
 
@@ -345,7 +337,7 @@ def test_script_job_contract_sharding_and_outputs_of_every_host(backend, tmp_pat
                       outputs={"facts": out_uri},
                       arguments=["--shards", "/opt/ml/processing/input/shards", "--lookup", "/opt/ml/processing/lookup",
                                  "--out", "/opt/ml/processing/output/facts"])
-    d = wait(backend, name, timeout=120)
+    d = wait(backend, "processing", name, timeout=120)
     assert d["ProcessingJobStatus"] == "Completed", d.get("FailureReason")
     describe_members_are_the_apis(d)
     uploaded = files_under(out_uri)
@@ -403,7 +395,7 @@ def test_failing_script_uploads_no_end_of_job_output_but_its_continuous_one(back
             break
         time.sleep(0.1)
     assert seen_while_running, "a Continuous output is uploaded while the job runs"
-    d = wait(backend, name, timeout=60)
+    d = wait(backend, "processing", name, timeout=60)
     assert d["ProcessingJobStatus"] == "Failed"
     assert d["FailureReason"].startswith("AlgorithmError: the processing command failed with exit code 3 on host algo-1")
     assert "RuntimeError: the input had no header row" in d["FailureReason"]
@@ -420,7 +412,7 @@ def test_stop_ends_every_host_and_uploads_nothing(backend, tmp_path):
         time.sleep(0.2)
     backend.stop("processing", name)
     assert backend.describe("processing", name)["ProcessingJobStatus"] in ("Stopping", "Stopped")
-    d = wait(backend, name, timeout=60)
+    d = wait(backend, "processing", name, timeout=60)
     assert d["ProcessingJobStatus"] == "Stopped" and "FailureReason" not in d
     state = json.loads((backend.job_dir("processing", name) / "state.json").read_text())
     assert len(state["host_pids"]) == 2
@@ -434,7 +426,7 @@ def test_max_runtime_stops_the_job(backend, tmp_path):
     name = unique("stime")
     script_job(backend, tmp_path, "import time\ntime.sleep(120)\n", name=name, max_runtime_in_seconds=2)
     started = time.time()
-    d = wait(backend, name, timeout=60)
+    d = wait(backend, "processing", name, timeout=60)
     assert d["ProcessingJobStatus"] == "Stopped" and time.time() - started < 40
     assert any("MaxRuntimeInSeconds=2" in m for m in host_log(backend, name, "platform"))
 
@@ -442,7 +434,7 @@ def test_max_runtime_stops_the_job(backend, tmp_path):
 def test_missing_input_fails_with_a_client_error(backend, tmp_path):
     name = unique("snoin")
     script_job(backend, tmp_path, "print(1)\n", name=name, inputs={"raw": f"file://{tmp_path}/nothing-here/"})
-    d = wait(backend, name, timeout=60)
+    d = wait(backend, "processing", name, timeout=60)
     assert d["ProcessingJobStatus"] == "Failed"
     assert d["FailureReason"].startswith("ClientError: No S3 objects found") and "nothing-here" in d["FailureReason"]
 
@@ -453,7 +445,7 @@ def test_duplicate_name_and_missing_job(backend, tmp_path):
     with pytest.raises(BackendError) as info:
         backend.submit("processing", plan.request)
     assert info.value.code == "ValidationException" and "already exists" in str(info.value)
-    assert wait(backend, name, timeout=60)["ProcessingJobStatus"] == "Completed"
+    assert wait(backend, "processing", name, timeout=60)["ProcessingJobStatus"] == "Completed"
     with pytest.raises(JobNotFound):
         backend.describe("processing", "no-such-job")
     assert [j["ProcessingJobName"] for j in backend.list_jobs("processing", name_contains=name)] == [name]

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import tarfile
-import time
 import uuid
 
 import boto3
@@ -16,19 +15,12 @@ from airflow_smdist.backends.local import LocalBackend
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.training import build_training
 from airflow_smdist.storage import Storage
+from jobs import wait
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONTRACT = os.path.join(REPO, "tests", "fixtures", "contract")
 
 
-def wait(backend, name, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        d = backend.describe("training", name)
-        if d["TrainingJobStatus"] in ("Completed", "Failed", "Stopped"):
-            return d
-        time.sleep(0.3)
-    raise AssertionError(f"{name} did not finish")
 
 
 @pytest.fixture
@@ -45,7 +37,7 @@ def run(moto_server, tmp_path, bucket, name, inputs, **kw):
     upload_source(plan.source_dir, plan.entry_point, plan.source_uri, storage)
     backend = LocalBackend(tmp_path / "jobs", s3_endpoint_url=moto_server)
     backend.submit("training", plan.request)
-    return backend, wait(backend, name)
+    return backend, wait(backend, "training", name)
 
 
 def test_channels_from_s3_and_model_to_s3(moto_server, s3_bucket, s3, tmp_path):

@@ -15,6 +15,7 @@ from airflow_smdist.backends.local import LocalBackend, launcher
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.training import build_training
+from jobs import wait
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
@@ -53,15 +54,6 @@ def submit(backend, tmp_path, *, name, source, entry, instance_count=2, hps=None
     return plan
 
 
-def wait(backend, name, timeout=240, until=("Completed", "Failed", "Stopped")):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        d = backend.describe("training", name)
-        if d["TrainingJobStatus"] in until:
-            return d
-        time.sleep(0.3)
-    raise AssertionError(f"job {name} still {d['TrainingJobStatus']} after {timeout}s: "
-                         f"{open(backend.job_dir('training', name) / 'supervisor.log').read()}")
 
 
 def model_files(uri: str, tmp_path) -> dict[str, bytes]:
@@ -79,7 +71,7 @@ def contract_job(backend, tmp_path, data, **kw):
            metric_definitions=[{"Name": "accuracy", "Regex": r"accuracy: ([0-9.]+)"},
                                {"Name": "loss", "Regex": r"loss=([0-9.]+)"}],
            environment={"SMDIST_REPO": REPO, "MY_SETTING": "on"}, **kw)
-    d = wait(backend, name)
+    d = wait(backend, "training", name)
     assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
     files = model_files(d["ModelArtifacts"]["S3ModelArtifacts"], tmp_path)
     return name, d, [json.loads(files[f"contract-{r}.json"]) for r in range(2)]
@@ -194,7 +186,7 @@ def test_ddp_two_hosts_join_one_process_group(backend, tmp_path, data):
            inputs={"train": {"s3_uri": f"file://{data}/train", "distribution": "ShardedByS3Key"}},
            metric_definitions=[{"Name": "train:loss", "Regex": r"train_loss=([0-9.]+)"}],
            checkpoint_s3_uri=f"file://{tmp_path}/ckpt")
-    d = wait(backend, name)
+    d = wait(backend, "training", name)
     assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
     events, _ = backend.log_events("training", name)
     lines = [e for e in events if "allreduce_sum" in e.message]
@@ -211,7 +203,7 @@ def test_failing_host_fails_the_job_and_ends_the_others(backend, tmp_path, data)
            hps={"fail-host-rank": 1, "sleep": 120}, inputs={"train": f"file://{data}/train"},
            environment={"SMDIST_REPO": REPO})
     started = time.time()
-    d = wait(backend, name, timeout=60)
+    d = wait(backend, "training", name, timeout=60)
     assert d["TrainingJobStatus"] == "Failed" and time.time() - started < 45
     reason = d["FailureReason"]
     assert reason.startswith("AlgorithmError:") and "algo-2" in reason and "ExitCode 3" in reason
@@ -232,7 +224,7 @@ def test_stop_ends_every_process(backend, tmp_path, data):
     time.sleep(1.5)
     backend.stop("training", name)
     assert backend.describe("training", name)["TrainingJobStatus"] in ("Stopping", "Stopped")
-    d = wait(backend, name, timeout=60)
+    d = wait(backend, "training", name, timeout=60)
     assert d["TrainingJobStatus"] == "Stopped" and d["SecondaryStatus"] == "Stopped"
     state = json.loads((backend.job_dir("training", name) / "state.json").read_text())
     for pid in state["host_pids"].values():
@@ -248,7 +240,7 @@ def test_duplicate_name_and_missing_job(backend, tmp_path, data):
         submit(backend, tmp_path, name=name, source=os.path.join(FIXTURES, "contract"), entry="dump_env.py",
                inputs={"train": f"file://{data}/train"}, instance_count=1)
     assert info.value.code == "ValidationException" and "already exists" in str(info.value)
-    wait(backend, name)
+    wait(backend, "training", name)
     with pytest.raises(JobNotFound):
         backend.describe("training", "no-such-job")
 
@@ -278,7 +270,7 @@ def test_source_archive_with_traversal_is_rejected(backend, tmp_path, data):
         info.size = len(body)
         tar.addfile(info, io.BytesIO(body))
     backend.submit("training", plan.request)
-    d = wait(backend, name)
+    d = wait(backend, "training", name)
     assert d["TrainingJobStatus"] == "Failed"
     assert "outside the destination" in d["FailureReason"] or "evil.py" in d["FailureReason"]
     assert not list(backend.job_dir("training", name).rglob("evil.py"))

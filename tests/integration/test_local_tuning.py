@@ -21,6 +21,7 @@ from airflow_smdist.backends.local.tuning import list_training_jobs_for_tuning_j
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.tuning import build_tuning
+from jobs import wait
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1"
@@ -83,15 +84,6 @@ def start(backend, tmp_path, source, *, name, strategy, ranges=RANGES, max_jobs=
     return plan.request
 
 
-def wait(backend, name, timeout=300):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        d = backend.describe("tuning", name)
-        if d["HyperParameterTuningJobStatus"] in ("Completed", "Failed", "Stopped"):
-            return d
-        time.sleep(0.3)
-    raise AssertionError(f"tuning job {name} still running after {timeout}s:\n"
-                         + (backend.job_dir("tuning", name) / "supervisor.log").read_text())
 
 
 def trials(backend, name):
@@ -175,7 +167,7 @@ def test_bayesian_beats_random_on_a_known_objective(backend, tmp_path, source):
             start(backend, tmp_path, source, name=name, strategy=strategy, max_jobs=BUDGET, seed=seed)
     best = {}
     for (strategy, seed), name in names.items():
-        d = wait(backend, name)
+        d = wait(backend, "tuning", name)
         assert d["HyperParameterTuningJobStatus"] == "Completed", d.get("FailureReason")
         assert d["TrainingJobStatusCounters"]["Completed"] == BUDGET
         assert d["ObjectiveStatusCounters"] == {"Succeeded": BUDGET, "Pending": 0, "Failed": 0}
@@ -205,7 +197,7 @@ def test_random_seed_makes_the_search_reproducible(backend, tmp_path, source):
     start(backend, tmp_path, source, name=c, strategy="Random", max_jobs=4, seed=12)
     picks = {}
     for name in (a, b, c):
-        assert wait(backend, name)["HyperParameterTuningJobStatus"] == "Completed"
+        assert wait(backend, "tuning", name)["HyperParameterTuningJobStatus"] == "Completed"
         picks[name] = [s["TunedHyperParameters"] for s in trials(backend, name)]  # trial NNN order
     assert picks[a] == picks[b]
     assert picks[a] != picks[c]
@@ -220,7 +212,7 @@ def test_hyperband_stops_trials_early_and_uses_fewer_resource_units_than_random(
     start(backend, tmp_path, source, name=hb, strategy="Hyperband", max_jobs=12, seed=0, epochs=9, sleep=0.25,
           hyperband_min_resource=2)
     start(backend, tmp_path, source, name=rnd, strategy="Random", max_jobs=12, seed=0, epochs=9, sleep=0.25)
-    dh, dr = wait(backend, hb), wait(backend, rnd)
+    dh, dr = wait(backend, "tuning", hb), wait(backend, "tuning", rnd)
     assert dh["HyperParameterTuningJobStatus"] == dr["HyperParameterTuningJobStatus"] == "Completed"
     assert dh["HyperParameterTuningJobConfig"]["StrategyConfig"]["HyperbandStrategyConfig"] == {
         "MinResource": 2, "MaxResource": 9}
@@ -251,7 +243,7 @@ def test_early_stopping_auto_stops_trials_worse_than_the_median(backend, tmp_pat
     name = unique("auto")
     start(backend, tmp_path, source, name=name, strategy="Random", max_jobs=10, seed=4, epochs=6, sleep=0.25,
           early_stopping_type="Auto")
-    d = wait(backend, name)
+    d = wait(backend, "tuning", name)
     assert d["HyperParameterTuningJobStatus"] == "Completed", d.get("FailureReason")
     listed = trials(backend, name)
     stopped = [s for s in listed if s["TrainingJobStatus"] == "Stopped"]
@@ -266,7 +258,7 @@ def test_grid_covers_the_grid_exactly_and_describe_has_the_api_shape(backend, tm
     name = unique("grid")
     request = start(backend, tmp_path, source, name=name, strategy="Grid", ranges=grid)
     assert request["HyperParameterTuningJobConfig"]["ResourceLimits"]["MaxNumberOfTrainingJobs"] == 9
-    d = wait(backend, name)
+    d = wait(backend, "tuning", name)
     assert d["HyperParameterTuningJobStatus"] == "Completed"
     listed = trials(backend, name)
     # categorical values reach the trials as the text of each value, JSON-encoded ("\"0.03\""), as with the SDK
@@ -304,7 +296,7 @@ def test_grid_covers_the_grid_exactly_and_describe_has_the_api_shape(backend, tm
 def test_target_objective_value_completes_before_the_budget(backend, tmp_path, source):
     name = unique("target")
     start(backend, tmp_path, source, name=name, strategy="Random", max_jobs=40, seed=3, target_objective_value=2.0)
-    d = wait(backend, name)
+    d = wait(backend, "tuning", name)
     assert d["HyperParameterTuningJobStatus"] == "Completed"
     n = sum(d["TrainingJobStatusCounters"].values())
     assert n < 40 and objective(d["BestTrainingJob"]) <= 2.0
@@ -316,7 +308,7 @@ def test_target_objective_value_completes_before_the_budget(backend, tmp_path, s
 def test_failing_trials_fail_the_tuning_job_with_the_reason(backend, tmp_path, source):
     name = unique("fails")
     start(backend, tmp_path, source, name=name, strategy="Random", max_jobs=8, seed=0, fail=1)
-    d = wait(backend, name)
+    d = wait(backend, "tuning", name)
     assert d["HyperParameterTuningJobStatus"] == "Failed"
     assert "training jobs failed" in d["FailureReason"] and "ExitCode 3" in d["FailureReason"]
     assert "simulated failure" in d["FailureReason"]
@@ -339,7 +331,7 @@ def test_stop_ends_the_running_trials(backend, tmp_path, source):
     check_shape("DescribeHyperParameterTuningJob", d)
     backend.stop("tuning", name)
     assert backend.describe("tuning", name)["HyperParameterTuningJobStatus"] in ("Stopping", "Stopped")
-    d = wait(backend, name, timeout=90)
+    d = wait(backend, "tuning", name, timeout=90)
     assert d["HyperParameterTuningJobStatus"] == "Stopped"
     listed = trials(backend, name)
     assert len(listed) == 2 and {s["TrainingJobStatus"] for s in listed} == {"Stopped"}
@@ -353,10 +345,10 @@ def test_stop_ends_the_running_trials(backend, tmp_path, source):
 def test_warm_start_informs_the_search_with_the_parents_trials(backend, tmp_path, source):
     parent, child, wrong = unique("parent"), unique("child"), unique("wrong")
     start(backend, tmp_path, source, name=parent, strategy="Random", max_jobs=6, seed=1)
-    assert wait(backend, parent)["HyperParameterTuningJobStatus"] == "Completed"
+    assert wait(backend, "tuning", parent)["HyperParameterTuningJobStatus"] == "Completed"
     start(backend, tmp_path, source, name=child, strategy="Bayesian", max_jobs=3, seed=1,
           warm_start_parents=[parent], warm_start_type="IdenticalDataAndAlgorithm")
-    d = wait(backend, child)
+    d = wait(backend, "tuning", child)
     assert d["HyperParameterTuningJobStatus"] == "Completed", d.get("FailureReason")
     log = (backend.job_dir("tuning", child) / "supervisor.log").read_text()
     assert "6 of 6 parent training jobs with an objective value fit the ranges and inform the search" in log
@@ -367,7 +359,7 @@ def test_warm_start_informs_the_search_with_the_parents_trials(backend, tmp_path
     # a parent with another objective metric is refused, with the reason
     start(backend, tmp_path, source, name=wrong, strategy="Bayesian", max_jobs=2, metric="val:other",
           warm_start_parents=[parent])
-    d = wait(backend, wrong)
+    d = wait(backend, "tuning", wrong)
     assert d["HyperParameterTuningJobStatus"] == "Failed"
     assert "needs the same objective metric" in d["FailureReason"] and parent in d["FailureReason"]
 
@@ -446,7 +438,7 @@ def test_sensor_waits_while_running_and_fails_on_a_failed_job(backend, tmp_path,
     start(backend, tmp_path, source, name=name, strategy="Random", max_jobs=3, seed=0, fail=1, epochs=2, sleep=0.5)
     sensor = SmdistTuningSensor(task_id="wait", job_name=name, smdist_conn_id=None)
     assert sensor.poke({}) is False
-    wait(backend, name)
+    wait(backend, "tuning", name)
     with pytest.raises(AirflowException, match="ended Failed"):
         sensor.poke({})
 
