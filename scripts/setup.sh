@@ -9,3 +9,11 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 # torch is pinned to 2.13.0 in the [local] extra (a CPU wheel where one is on local disk)
 .venv/bin/python -m pip install --quiet -e ".[local,test]"
+# nftables' nft gives namespaced simulated hosts NAT to the worker's network (backends/local/hostnet.py); as
+# root (CI) it is installed here, elsewhere hosts reach only the worker's loopback endpoints, and jobs say so
+if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >/tmp/smdist-apt-nftables.log 2>&1 \
+    || { apt-get update -q >>/tmp/smdist-apt-nftables.log 2>&1 \
+         && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >>/tmp/smdist-apt-nftables.log 2>&1; } \
+    || echo "setup: apt-get install nftables failed (see /tmp/smdist-apt-nftables.log): hosts get no NAT" >&2
+fi

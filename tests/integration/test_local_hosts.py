@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -102,6 +104,10 @@ def assert_nothing_left(backend, name):
         names = [link.get("ifname") for link in ipr.get_links()]
     assert not [n for n in names if n.startswith(bridge[:10])], "an interface of the job was left behind"
     assert not (hostnet.REGISTRY / bridge).exists()
+    if hostnet.nat_unavailable() is None:
+        out = subprocess.run(["nft", "-j", "list", "tables", "ip"], capture_output=True, text=True, check=True).stdout
+        tables = [e["table"]["name"] for e in json.loads(out)["nftables"] if "table" in e]
+        assert hostnet.nat_table(bridge) not in tables, "the job's nftables table was left behind"
     with open("/proc/self/mountinfo") as f:
         assert str(job_dir) not in f.read(), "a mount of the job was left behind"
 
@@ -171,6 +177,92 @@ def test_hosts_reach_the_workers_loopback_s3_endpoint_unless_network_isolated(tm
     else:
         assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
         assert any(e.message.startswith("buckets ") for e in backend.log_events("training", name)[0])
+    assert_nothing_left(backend, name)
+
+
+#: an HTTP server that answers with the address it sees the client at
+ECHO_SERVER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = self.client_address[0].encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+server = http.server.HTTPServer((sys.argv[1], 8080), H)
+print("ready", flush=True)
+server.serve_forever()
+"""
+
+
+@pytest.fixture
+def off_loopback():
+    """Two HTTP servers no forwarder leads to: one on "another machine" (a network namespace behind a veth
+    pair, at 198.51.100.2, with no route back to any job's subnet: only a masqueraded connection gets an
+    answer), one on this machine's non-loopback address on that link (198.51.100.1)."""
+    from pyroute2 import IPRoute
+
+    links = ("smdtout0",)
+    procs = []
+    with IPRoute() as ipr:
+        for name in links:
+            if ipr.link_lookup(ifname=name):
+                ipr.link("del", ifname=name)
+        remote = subprocess.Popen(["unshare", "--net", "--", sys.executable, "-c", ECHO_SERVER, "0.0.0.0"],
+                                  stdout=subprocess.PIPE, text=True)
+        procs.append(remote)
+        assert remote.stdout.readline().strip() == "ready"  # in its own namespace by now
+        ipr.link("add", ifname="smdtout0", kind="veth", peer={"ifname": "eth0", "net_ns_pid": remote.pid})
+        ipr.addr("add", index=ipr.link_lookup(ifname="smdtout0")[0], address="198.51.100.1", prefixlen=30)
+        ipr.link("set", ifname="smdtout0", state="up")
+    with hostnet.inside(remote.pid), IPRoute() as ns:
+        eth0 = ns.link_lookup(ifname="eth0")[0]
+        ns.addr("add", index=eth0, address="198.51.100.2", prefixlen=30)
+        ns.link("set", index=eth0, state="up")
+    local = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, "198.51.100.1"], stdout=subprocess.PIPE, text=True)
+    procs.append(local)
+    try:
+        assert local.stdout.readline().strip() == "ready"
+        yield {"local": "http://198.51.100.1:8080/", "remote": "http://198.51.100.2:8080/"}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        with IPRoute() as ipr:
+            for name in links:
+                if ipr.link_lookup(ifname=name):
+                    ipr.link("del", ifname=name)
+
+
+@needs_namespaces
+@pytest.mark.skipif(hostnet.nat_unavailable() is not None, reason=f"no NAT here: {hostnet.nat_unavailable()}")
+@pytest.mark.parametrize("isolated", [False, True])
+def test_hosts_reach_the_workers_network_through_nat_unless_network_isolated(backend, tmp_path, data, off_loopback,
+                                                                              isolated):
+    urls = [off_loopback["local"], off_loopback["remote"]]
+    name = submit(backend, tmp_path, data, "reach.py", instance_count=2, hps={"urls": ",".join(urls)},
+                  enable_network_isolation=isolated)
+    d = wait(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    events = backend.log_events("training", name)[0]
+    # "reached <url>: <client address the server saw>" or "unreachable <url>: <error>", per host and URL
+    seen = {(e.host, e.message.split()[1].rstrip(":")): e.message.split()[0] + " " + e.message.split(": ", 1)[1]
+            for e in events if e.message.startswith(("reached ", "unreachable "))}
+    state = json.loads((backend.job_dir("training", name) / "state.json").read_text())
+    if isolated:
+        assert len(seen) == 4 and all(m.startswith("unreachable") for m in seen.values()), seen
+        assert state["network"]["gateway"] is None
+        assert any("reach nothing outside the job" in e.message for e in events if e.host == "platform")
+    else:
+        gateway = state["network"]["gateway"]
+        assert gateway.endswith(".254")
+        for host in ("algo-1", "algo-2"):
+            address = f"{state['network']['subnet'].rsplit('.', 1)[0]}.{host[-1]}"
+            # this machine's own address: reached through the gateway, from the host's own address
+            assert seen[(host, urls[0])] == f"reached {address}", seen
+            # another machine: reached from this machine's address (masqueraded), as a container behind NAT
+            assert seen[(host, urls[1])] == "reached 198.51.100.1", seen
+        assert any(f"through the job's gateway {gateway}" in e.message for e in events if e.host == "platform")
     assert_nothing_left(backend, name)
 
 

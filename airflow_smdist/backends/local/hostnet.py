@@ -1,22 +1,32 @@
 """The network of a job's simulated hosts: one Linux bridge per job, one veth pair per host (pyroute2).
 
-The bridge has no address on this machine and no route leads to it, so the hosts' subnet is never
-routed off the machine and the hosts reach nothing but each other, as instances of one job in their
-VPC do. Each host's end of its veth pair is ``eth0`` in the host's network namespace (SageMaker's
+Each host's end of its veth pair is ``eth0`` in the host's network namespace (SageMaker's
 ``network_interface_name``), addressed ``<subnet>.N`` for ``algo-N``. The subnet is a /24 picked at run
-time from the private ranges the machine's routes and addresses do not use (``SMDIST_LOCAL_SUBNET``
-chooses another); jobs have separate bridges, so they may share it.
+time from the private ranges the machine's routes and addresses and the other running jobs do not use
+(``SMDIST_LOCAL_SUBNET`` names a network to pick from instead).
 
-What a host reaches outside the job goes through *forwarders*: the supervisor opens a listening socket
-inside the host's namespace on the address and port of a loopback endpoint of the worker (moto's
-server in tests, a local S3) and pipes each connection to the same endpoint outside, so the host uses
-the very URL the worker uses. With ``EnableNetworkIsolation`` no forwarder is made.
+What a host reaches outside the job, as a SageMaker container reaches the network of its VPC:
 
-A host's veth pair dies with its network namespace, so nothing is left when the hosts end, also after
-kill -9 of the supervisor (the kernel does it a little later); the bridge and the hosts' links are
-deleted by the supervisor before the job's final status, or by :func:`reclaim` (run by the
-next submit or describe) when its supervisor is gone. Bridges are named ``smdb<8 hex>`` and registered
-with their owner's PID and start time in ``/run/smdist/bridges``.
+* the worker's *loopback* endpoints (moto's server in tests, a local S3) through *forwarders*: the
+  supervisor opens a listening socket inside the host's namespace on the address and port of the endpoint
+  and pipes each connection to the same endpoint outside, so the host uses the very URL the worker uses;
+* everything else the worker reaches (its other addresses, its network, the internet where it has it)
+  through the job's *gateway*: the bridge gets ``<subnet>.254``, every host a default route via it, and a
+  per-job nftables table (``ip smdist_<bridge>``, made with ``nft -j``) masquerades the job's subnet out of
+  the machine, as Docker's default bridge does, and forwards nothing *into* the job but replies (no other
+  job's host, no other machine, opens a connection to a host). Forwarding off the machine needs
+  ``net.ipv4.ip_forward=1``, which is machine-wide: it is turned on when a job needs it (the job's log says
+  so) and left on, as Docker leaves it.
+
+With ``EnableNetworkIsolation`` a job gets neither: its bridge has no address and no route leads to it, so
+its hosts reach nothing but each other. Where the NAT cannot be made (no ``nft``, ``SMDIST_LOCAL_NAT=off``)
+hosts reach only the forwarded loopback endpoints, and the job's log says so.
+
+A host's veth pair dies with its network namespace; the bridge (its address and route with it), the hosts'
+links and the nftables table are deleted by the supervisor before the job's final status, or by
+:func:`reclaim` (run by the next submit or describe) when its supervisor is gone (kill -9). Bridges are
+named ``smdb<8 hex>`` and registered with their owner's PID and start time and their subnet in
+``/run/smdist/bridges``.
 """
 
 from __future__ import annotations
@@ -27,7 +37,9 @@ import hashlib
 import ipaddress
 import json
 import os
+import shutil
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +47,9 @@ from urllib.parse import urlsplit
 
 REGISTRY = Path(os.environ.get("SMDIST_LOCAL_NET_REGISTRY", "/run/smdist/bridges"))
 CANDIDATES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+GATEWAY = 254  # <subnet>.254 on the bridge (hosts are .1 to .253)
+NAT_ENV = "SMDIST_LOCAL_NAT"
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 _CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -63,22 +78,27 @@ def _used_networks() -> list[ipaddress.IPv4Network]:
     return [n for n in used if not n.is_loopback]
 
 
-def pick_subnet(seed: int = 0) -> ipaddress.IPv4Network:
-    """A /24 in a private range that no route or address of this machine overlaps."""
+def pick_subnet(seed: int = 0, taken: tuple[ipaddress.IPv4Network, ...] = ()) -> ipaddress.IPv4Network:
+    """A /24 that no route or address of this machine overlaps (in ``SMDIST_LOCAL_SUBNET`` where set, else
+    in a private range) and that is not in ``taken`` (the subnets of the other running jobs)."""
     override = os.environ.get("SMDIST_LOCAL_SUBNET")
     if override:
         net = ipaddress.ip_network(override, strict=False)
-        if net.prefixlen > 24:
-            raise ValueError(f"SMDIST_LOCAL_SUBNET={override}: give a /24 or a larger network")
-        return next(net.subnets(new_prefix=24))
-    used = _used_networks()
-    for block in map(ipaddress.ip_network, CANDIDATES):
+        if net.prefixlen > 24 or not isinstance(net, ipaddress.IPv4Network):
+            raise ValueError(f"SMDIST_LOCAL_SUBNET={override}: give an IPv4 /24 or a larger network")
+        blocks, used = [net], list(taken)
+    else:
+        blocks, used = [ipaddress.IPv4Network(c) for c in CANDIDATES], [*_used_networks(), *taken]
+    for block in blocks:
         count = block.num_addresses // 256
         base = int(block.network_address)
         for i in range(count):
-            net = ipaddress.IPv4Network((base + ((seed + i) % count) * 256, 24))
-            if not any(net.overlaps(u) for u in used):
-                return net
+            candidate = ipaddress.IPv4Network((base + ((seed + i) % count) * 256, 24))
+            if not any(candidate.overlaps(u) for u in used):
+                return candidate
+    if override:
+        raise RuntimeError(f"SMDIST_LOCAL_SUBNET={override}: every /24 in it is used by a running job; "
+                           "give a larger network")
     raise RuntimeError("no private /24 free of this machine's routes: set SMDIST_LOCAL_SUBNET")
 
 
@@ -152,13 +172,147 @@ def loopback_endpoint(url: str | None) -> tuple[str, int] | None:
     return None
 
 
+def nat_table(bridge: str) -> str:
+    """The name of a job's nftables table (family ``ip``)."""
+    return f"smdist_{bridge}"
+
+
+def _nft_path() -> str | None:
+    return shutil.which("nft") or next((p for p in ("/usr/sbin/nft", "/sbin/nft") if os.access(p, os.X_OK)), None)
+
+
+def nat_unavailable() -> str | None:
+    """None when a job's hosts can be given NAT here, else why not."""
+    if os.environ.get(NAT_ENV, "auto").strip().lower() in ("off", "0", "false", "no"):
+        return f"{NAT_ENV}=off"
+    if not _nft_path():
+        return "nftables' nft is not installed (apt-get install nftables)"
+    return None
+
+
+def _nft(commands: list[dict]) -> None:
+    """One atomic nftables transaction, given as JSON (``nft -j -f -``)."""
+    r = subprocess.run([_nft_path() or "nft", "-j", "-f", "-"], input=json.dumps({"nftables": commands}),
+                       capture_output=True, text=True, timeout=20, check=False)
+    if r.returncode != 0:
+        raise OSError(f"nft: {r.stderr.strip() or r.stdout.strip() or f'exit {r.returncode}'}")
+
+
+def _match(key: dict, value: object, op: str = "==") -> dict:
+    return {"match": {"op": op, "left": key, "right": value}}
+
+
+def nat_ruleset(bridge: str, subnet: ipaddress.IPv4Network) -> list[dict]:
+    """The job's table, made anew: masquerade what leaves the job for anywhere but its bridge; forward into
+    the job only replies; never from the job to another job's bridge."""
+    table = {"family": "ip", "table": nat_table(bridge)}
+    iif, oif = {"meta": {"key": "iifname"}}, {"meta": {"key": "oifname"}}
+    saddr = {"payload": {"protocol": "ip", "field": "saddr"}}
+    rules = [
+        ("forward", [_match(iif, bridge), _match(oif, bridge), {"accept": None}]),  # bridged (br_netfilter)
+        ("forward", [_match(iif, bridge), _match(oif, "smdb*"), {"drop": None}]),  # to another job's hosts
+        ("forward", [_match(oif, bridge), _match({"ct": {"key": "state"}}, ["established", "related"], "in"),
+                     {"accept": None}]),
+        ("forward", [_match(oif, bridge), {"drop": None}]),  # nothing opens a connection into the job
+        ("postrouting", [_match(saddr, {"prefix": {"addr": str(subnet.network_address), "len": subnet.prefixlen}}),
+                         _match(oif, bridge, "!="), {"masquerade": None}]),
+    ]
+    return [
+        {"add": {"table": {"family": "ip", "name": table["table"]}}},
+        {"delete": {"table": {"family": "ip", "name": table["table"]}}},
+        {"add": {"table": {"family": "ip", "name": table["table"]}}},
+        {"add": {"chain": {**table, "name": "forward", "type": "filter", "hook": "forward", "prio": 0,
+                           "policy": "accept"}}},
+        {"add": {"chain": {**table, "name": "postrouting", "type": "nat", "hook": "postrouting", "prio": 100,
+                           "policy": "accept"}}},
+        *({"add": {"rule": {**table, "chain": chain, "expr": expr}}} for chain, expr in rules),
+    ]
+
+
+def delete_nat(bridge: str) -> None:
+    """Delete a job's table if there is one (adding it first makes the delete never fail)."""
+    if not _nft_path():
+        return
+    name = nat_table(bridge)
+    _nft([{"add": {"table": {"family": "ip", "name": name}}}, {"delete": {"table": {"family": "ip", "name": name}}}])
+
+
+def enable_forwarding() -> bool:
+    """``net.ipv4.ip_forward=1`` (machine-wide, left on as Docker leaves it); True when this turned it on."""
+    if IP_FORWARD.read_text().strip() == "1":
+        return False
+    IP_FORWARD.write_text("1\n")
+    return True
+
+
+def dns_note(resolv_conf: str = "/etc/resolv.conf") -> str:
+    """A warning for the job's log when the hosts cannot resolve names: they share this machine's
+    ``/etc/resolv.conf``, and a loopback nameserver (systemd-resolved's 127.0.0.53) is not theirs."""
+    try:
+        with open(resolv_conf) as f:
+            servers = [p[1] for p in (line.split() for line in f) if len(p) > 1 and p[0] == "nameserver"]
+    except OSError:
+        return ""
+    try:
+        if servers and all(ipaddress.ip_address(s.split("%")[0]).is_loopback for s in servers):
+            return (f"; names do not resolve in a host: {resolv_conf} names only loopback nameservers "
+                    f"({', '.join(servers)})")
+    except ValueError:
+        return ""
+    return ""
+
+
+def _lock_path() -> Path:
+    return REGISTRY.parent / (REGISTRY.name + ".lock")
+
+
+def _registered() -> dict[str, dict]:
+    """The registry's entries: bridge name -> {pid, create_time, subnet, nat}."""
+    entries = {}
+    for entry in REGISTRY.iterdir() if REGISTRY.is_dir() else ():
+        try:
+            entries[entry.name] = json.loads(entry.read_text())
+        except (ValueError, OSError):
+            entries[entry.name] = {}
+    return entries
+
+
 class JobNetwork:
-    """The bridge of one job and its hosts' links."""
+    """The bridge of one job, its hosts' links and, unless isolated, its gateway and NAT."""
 
     def __init__(self, job_dir: str, subnet: ipaddress.IPv4Network) -> None:
         self.bridge = bridge_name(job_dir)
         self.subnet = subnet
         self.listeners: list[socket.socket] = []
+        self.gateway: str | None = None  # <subnet>.254 once the job has NAT
+        self.forwarding_enabled = False  # this job turned net.ipv4.ip_forward on
+
+    @classmethod
+    def allocate(cls, job_dir: str, seed: int, *, nat: bool) -> tuple[JobNetwork, str | None]:
+        """Reclaim dead jobs' bridges, pick this job's subnet and make its bridge, all under one machine-wide
+        lock (two jobs with NAT must not get one subnet: the machine would route both to one bridge). With
+        ``nat``, also the gateway and the NAT; returns why not where it cannot be had (else None)."""
+        import psutil
+
+        from airflow_smdist.backends.local.store import locked
+
+        with locked(_lock_path()):
+            reclaim()
+            taken = tuple(ipaddress.IPv4Network(e["subnet"]) for e in _registered().values()
+                          if e.get("nat") and e.get("subnet"))
+            net = cls(job_dir, pick_subnet(seed=seed, taken=taken))
+            why = nat_unavailable() if nat else None
+            me = psutil.Process()
+            REGISTRY.mkdir(parents=True, exist_ok=True)
+            (REGISTRY / net.bridge).write_text(json.dumps({"pid": me.pid, "create_time": me.create_time(),
+                                                           "subnet": str(net.subnet), "nat": nat and not why}))
+            net.create()
+            if nat and not why:
+                try:
+                    net.add_nat()
+                except OSError as e:
+                    why = str(e)
+        return net, why
 
     def address(self, n: int) -> str:
         return str(self.subnet.network_address + n)
@@ -167,17 +321,39 @@ class JobNetwork:
         import psutil
         from pyroute2 import IPRoute
 
-        REGISTRY.mkdir(parents=True, exist_ok=True)
-        me = psutil.Process()
-        (REGISTRY / self.bridge).write_text(json.dumps({"pid": me.pid, "create_time": me.create_time()}))
+        if not (REGISTRY / self.bridge).exists():
+            REGISTRY.mkdir(parents=True, exist_ok=True)
+            me = psutil.Process()
+            (REGISTRY / self.bridge).write_text(json.dumps({"pid": me.pid, "create_time": me.create_time(),
+                                                            "subnet": str(self.subnet)}))
         with IPRoute() as ipr:
             if ipr.link_lookup(ifname=self.bridge):
                 ipr.link("del", ifname=self.bridge)
             ipr.link("add", ifname=self.bridge, kind="bridge")
             ipr.link("set", ifname=self.bridge, state="up")
 
+    def add_nat(self) -> None:
+        """The gateway on the bridge and the job's table: the table first, so the subnet is never routable
+        here without its rules. Undone if any step fails (the caller falls back to forwarders only)."""
+        from pyroute2 import IPRoute
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        try:
+            _nft(nat_ruleset(self.bridge, self.subnet))
+            self.forwarding_enabled = enable_forwarding()
+            gateway = self.address(GATEWAY)
+            with IPRoute() as ipr:
+                ipr.addr("add", index=ipr.link_lookup(ifname=self.bridge)[0], address=gateway,
+                         prefixlen=self.subnet.prefixlen)
+        except (OSError, NetlinkError) as e:
+            with contextlib.suppress(OSError):
+                delete_nat(self.bridge)
+            raise OSError(f"the hosts' NAT could not be set up: {e}") from e
+        self.gateway = gateway
+
     def plug(self, n: int, pid: int) -> None:
-        """Give the host whose network namespace ``pid`` is in its ``eth0`` on the bridge, and ``lo``."""
+        """Give the host whose network namespace ``pid`` is in its ``eth0`` on the bridge, and ``lo``; and a
+        default route via the job's gateway where it has one."""
         from pyroute2 import IPRoute
 
         outside = f"{host_link_prefix(self.bridge)}{n}"  # smdb + 6 hex + v + N: at most 14 characters
@@ -189,6 +365,8 @@ class JobNetwork:
             ns.addr("add", index=eth0, address=self.address(n), prefixlen=self.subnet.prefixlen)
             ns.link("set", index=eth0, state="up")
             ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
+            if self.gateway:
+                ns.route("add", dst="0.0.0.0/0", gateway=self.gateway, oif=eth0)
 
     def forward(self, pid: int, endpoint: tuple[str, int]) -> None:
         """Let the host reach ``endpoint`` (a loopback address and port of this machine) at the same
@@ -222,9 +400,13 @@ def remove_bridge(name: str) -> None:
         for ifname in [n for n in links if n and n.startswith(hosts)] + [name]:
             try:
                 if ipr.link_lookup(ifname=ifname):
-                    ipr.link("del", ifname=ifname)
+                    ipr.link("del", ifname=ifname)  # a bridge takes its gateway address and route with it
             except NetlinkError:
                 pass
+    try:
+        delete_nat(name)
+    except OSError:
+        return  # registered still: the next reclaim tries again
     try:
         (REGISTRY / name).unlink()
     except FileNotFoundError:

@@ -8,7 +8,6 @@ every process of the job on stop, on MaxRuntimeInSeconds, or when one host fails
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -233,23 +232,32 @@ class JobSupervisor:
         that say what a simulated host is (and, in the fallback, how it differs from an instance)."""
         subnet = None
         if self.isolation == "namespace":
-            net = hostnet.pick_subnet(seed=self.state["block"][1])
-            subnet = str(net.network_address)
+            self.net, no_nat = hostnet.JobNetwork.allocate(str(self.dir), self.state["block"][1],
+                                                           nat=not self.network_isolated())
+            subnet = str(self.net.subnet.network_address)
         cluster = contract.make_cluster(resource_config, tuple(self.state["block"]), subnet)
-        if subnet:
-            hostnet.reclaim()
-            self.net = hostnet.JobNetwork(str(self.dir), ipaddress.ip_network(f"{subnet}/24"))
-            self.net.create()
+        if self.net is not None:
             (self.dir / "etc-hosts").write_text(contract.etc_hosts(cluster))
-            self.save(network={"bridge": self.net.bridge, "subnet": str(self.net.subnet)})
-            reach = ("nothing outside the job (EnableNetworkIsolation)" if self.network_isolated() else
-                     "the worker's loopback S3 endpoint through a forwarded port, nothing else")
+            self.save(network={"bridge": self.net.bridge, "subnet": str(self.net.subnet),
+                               "gateway": self.net.gateway})
             self.say(f"hosts are namespaced containers: own hostname algo-N, network (eth0 on bridge {self.net.bridge}, "
-                     f"{self.net.subnet}), /tmp, /opt/ml and process tree; they reach {reach}")
+                     f"{self.net.subnet}), /tmp, /opt/ml and process tree; they reach {self.reach(no_nat)}")
         else:
             for line in launcher.FALLBACK_DIFFERENCES:
                 self.say(f"hosts run without namespaces ({launcher.namespaces_available() or 'SMDIST_LOCAL_ISOLATION=none'}): {line}")
         return cluster
+
+    def reach(self, no_nat: str | None) -> str:
+        """What a namespaced host reaches outside its job, for the job's log."""
+        if self.network_isolated():
+            return "nothing outside the job (EnableNetworkIsolation)"
+        loopback = "the worker's loopback endpoints (S3) through forwarded ports"
+        if self.net is None or self.net.gateway is None:
+            return f"{loopback}, nothing else ({no_nat}: no route off the job)"
+        forwarding = (" (net.ipv4.ip_forward was 0: turned on, machine-wide, and left on, as Docker does)"
+                      if self.net.forwarding_enabled else "")
+        return (f"{loopback}, and what the worker reaches through the job's gateway {self.net.gateway} "
+                f"(nftables masquerade{forwarding}){hostnet.dns_note()}")
 
     def keep_paths(self) -> list[str]:
         """Directories of this machine a host must see beside its own (under /tmp they would be hidden): the
