@@ -189,10 +189,24 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)
     def log_message(self, *a): pass
-server = http.server.HTTPServer((sys.argv[1], 8080), H)
-print("ready", flush=True)
+server = http.server.HTTPServer((sys.argv[1], 0), H)  # a free port: 8080 may be taken on 0.0.0.0
+print(server.server_address[1], flush=True)
 server.serve_forever()
 """
+
+
+def delete_links(names) -> None:
+    """Delete these links where they exist (a link whose namespace is going away may vanish meanwhile)."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with IPRoute() as ipr:
+        for name in names:
+            try:
+                if ipr.link_lookup(ifname=name):
+                    ipr.link("del", ifname=name)
+            except NetlinkError:
+                pass
 
 
 @pytest.fixture
@@ -204,14 +218,12 @@ def off_loopback():
 
     links = ("smdtout0",)
     procs = []
+    delete_links(links)
     with IPRoute() as ipr:
-        for name in links:
-            if ipr.link_lookup(ifname=name):
-                ipr.link("del", ifname=name)
         remote = subprocess.Popen(["unshare", "--net", "--", sys.executable, "-c", ECHO_SERVER, "0.0.0.0"],
                                   stdout=subprocess.PIPE, text=True)
         procs.append(remote)
-        assert remote.stdout.readline().strip() == "ready"  # in its own namespace by now
+        remote_port = int(remote.stdout.readline())  # in its own namespace by now
         ipr.link("add", ifname="smdtout0", kind="veth", peer={"ifname": "eth0", "net_ns_pid": remote.pid})
         ipr.addr("add", index=ipr.link_lookup(ifname="smdtout0")[0], address="198.51.100.1", prefixlen=30)
         ipr.link("set", ifname="smdtout0", state="up")
@@ -222,16 +234,13 @@ def off_loopback():
     local = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, "198.51.100.1"], stdout=subprocess.PIPE, text=True)
     procs.append(local)
     try:
-        assert local.stdout.readline().strip() == "ready"
-        yield {"local": "http://198.51.100.1:8080/", "remote": "http://198.51.100.2:8080/"}
+        local_port = int(local.stdout.readline())
+        yield {"local": f"http://198.51.100.1:{local_port}/", "remote": f"http://198.51.100.2:{remote_port}/"}
     finally:
         for p in procs:
             p.kill()
             p.wait()
-        with IPRoute() as ipr:
-            for name in links:
-                if ipr.link_lookup(ifname=name):
-                    ipr.link("del", ifname=name)
+        delete_links(links)
 
 
 @needs_namespaces
