@@ -22,7 +22,7 @@ import pytest
 
 from airflow_smdist._compat import AirflowException
 from airflow_smdist.backends.base import BackendError
-from airflow_smdist.backends.local import LocalBackend, inference
+from airflow_smdist.backends.local import LocalBackend, inference, launcher
 from airflow_smdist.backends.local import transform as local_transform
 from airflow_smdist.backends.local.store import pid_alive
 from airflow_smdist.operators.transform import (
@@ -350,6 +350,65 @@ def test_transform_job_spreads_objects_over_parallel_instance_processes(backend,
     assert len(pids) == 2
     (a0, a1), (b0, b1) = windows
     assert a0 < b1 and b0 < a1, f"instances did not overlap: {windows}"
+
+
+ENV_CODE = textwrap.dedent("""
+    import json, os
+
+    def model_fn(model_dir):
+        seen = sorted(k for k in os.environ if k.startswith(("AWS_", "AIRFLOW")) or k == "PYTHONPATH")
+        print("environ " + json.dumps({"keys": seen, "own": os.environ.get("MODEL_SETTING")}), flush=True)
+        return None
+
+    def transform_fn(model, body, content_type, accept):
+        return body, accept
+""")
+
+
+def test_the_inference_code_gets_a_clean_environment_without_the_workers_credentials(backend, tmp_path,
+                                                                                       monkeypatch):
+    """Issue 11: a model's inference.py sees what a serving container sees (its Environment, the region), not
+    the worker's AWS keys, Airflow settings or PYTHONPATH; the inputs and outputs are moved outside it."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "worker-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "worker-secret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "worker-token")
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "worker-fernet")
+    monkeypatch.setenv("AIRFLOW_CONN_SECRET", "aws://user:password@")
+    name = unique("model")
+    uri = model_archive(tmp_path / f"{name}.tar.gz", code=ENV_CODE)
+    local_transform.create_model(backend, build_model(model_name=name, model_data=uri, role=ROLE,
+                                                      image_uri=GENERIC_IMAGE,
+                                                      environment={"MODEL_SETTING": "own"}).request)
+    input_uri = write_inputs(tmp_path / "in", [3], nested=False)
+    job = unique("env")
+    backend.submit("transform", build_transform(job_name=job, model_name=name, input_uri=input_uri,
+                                                output_uri=f"file://{tmp_path}/out", instance_count=1,
+                                                content_type="text/csv", accept="text/csv"))
+    d = wait(backend, job)
+    assert d["TransformJobStatus"] == "Completed", d.get("FailureReason")
+    seen = [json.loads(e.message.split(" ", 1)[1]) for e in host_lines(backend, job)["algo-1"]
+            if e.message.startswith("environ ")]
+    assert seen == [{"keys": ["AWS_DEFAULT_REGION", "AWS_REGION"], "own": "own"}]
+    assert outputs(tmp_path / "out") == {"part-00.csv.out": (tmp_path / "in" / "part-00.csv").read_bytes()}
+
+
+@pytest.mark.skipif(launcher.namespace_prefix() is None, reason="hosts cannot be namespaced here")
+def test_a_network_isolated_models_code_reaches_nothing_while_its_data_is_still_staged(backend, tmp_path):
+    name = unique("model")
+    uri = model_archive(tmp_path / f"{name}.tar.gz")
+    local_transform.create_model(backend, build_model(model_name=name, model_data=uri, role=ROLE, image_uri=GENERIC_IMAGE,
+                                                      enable_network_isolation=True).request)
+    input_uri = write_inputs(tmp_path / "in", [4], nested=False)
+    job = unique("isolated")
+    backend.submit("transform", build_transform(job_name=job, model_name=name, input_uri=input_uri,
+                                                output_uri=f"file://{tmp_path}/out", instance_count=1,
+                                                content_type="text/csv", accept="text/csv", split_type="Line"))
+    d = wait(backend, job)
+    assert d["TransformJobStatus"] == "Completed", d.get("FailureReason")
+    assert np.allclose(np.loadtxt(io.BytesIO(outputs(tmp_path / "out")["part-00.csv.out"])),
+                       expected(tmp_path / "in" / "part-00.csv"))
+    assert any("reach nothing outside the job (EnableNetworkIsolation)" in e.message
+               for e in host_lines(backend, job)["platform"])
 
 
 def test_poisoned_record_fails_the_job_naming_object_and_record(backend, tmp_path):

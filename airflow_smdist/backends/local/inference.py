@@ -770,6 +770,8 @@ def _parser() -> argparse.ArgumentParser:
                    "or inference.py)")
     p.add_argument("--defaults", default="generic", choices=sorted(DEFAULT_HANDLERS))
     p.add_argument("--failure-file", default="/opt/ml/output/message")
+    p.add_argument("--names", default=None, help="a JSON file mapping an object's path under --input to the name "
+                   "its failure gives (its S3 URI, as batch transform names it)")
     p.add_argument("--content-type")
     p.add_argument("--accept")
     p.add_argument("--split-type", default="None")
@@ -823,6 +825,10 @@ def main(argv: list[str] | None = None) -> int:
             code_dir = extract_model(code_dir, tempfile.mkdtemp(prefix="smdist-code-"))
         handler = Handler(model_dir, code_dir=code_dir, program=args.program, defaults=args.defaults)
         names = _files_under(args.input) if os.path.isdir(args.input) else []
+        shown = {}
+        if args.names:
+            with open(args.names) as f:
+                shown = json.load(f)
         print(f"{host}: {len(names)} object(s) in this instance's shard", flush=True)
         started = time.time()
         total = 0
@@ -830,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
             for rel in names:
                 with open(os.path.join(args.input, rel), "rb") as f:
                     data = f.read()
-                result = transform_object(handler, data, settings, name=rel, executor=pool)
+                result = transform_object(handler, data, settings, name=shown.get(rel, rel), executor=pool)
                 _write_atomic(os.path.join(args.output, rel + ".out"), result.output)
                 total += result.records
                 print(f"{host}: {rel}: {result.records} record(s) in {result.batches} request(s) -> {rel}.out",

@@ -1,16 +1,18 @@
-"""Local batch transform: ``python -m airflow_smdist.backends.local.transform <job dir>`` (the supervisor) and
-``... --worker <job dir> <algo-N>`` (one simulated instance).
+"""Local batch transform: ``python -m airflow_smdist.backends.local.transform <job dir>`` (the supervisor).
 
 The supervisor does what the batch transform platform does: it finds the job's model (CreateModel, kept
 by this module in ``<root>/models/<name>.json``), lists the input (S3Prefix or ManifestFile), maps whole
 objects to the ``InstanceCount`` instances (keys sorted, object *i* to the instance of rank *i mod n*;
 never one object over two instances), gives each instance its own ``/opt/ml/model`` (model.tar.gz
-extracted; the inference code of a ``sourcedir.tar.gz`` ``SAGEMAKER_SUBMIT_DIRECTORY`` beside it), and
-starts one worker process per instance that has objects: instances run in parallel on the cores, each
-in its own mount namespace with its directory on ``/opt/ml`` where the OS allows it. Each worker loads the
-model once with the inference toolkit's handlers (:mod:`.inference`), splits, batches and transforms its
-objects (``MaxConcurrentTransforms`` requests in flight), and writes ``<S3OutputPath>/<key below the
-prefix>.out`` for an object only when the whole object succeeded. A failing record fails the job; its
+extracted; the inference code of a ``sourcedir.tar.gz`` ``SAGEMAKER_SUBMIT_DIRECTORY`` beside it), stages
+each instance's objects into its directory, and starts one worker process per instance that has objects:
+instances run in parallel on the cores, each a simulated host (its own namespaces with its directory on
+``/opt/ml`` where the OS allows it) with the clean environment every host gets (no worker credentials: the
+supervisor moves the data, as SageMaker's agent does outside the container). Each worker, the inference
+engine (:mod:`.inference`) in the image's runtime, loads the model once with the inference toolkit's
+handlers, splits, batches and transforms its objects (``MaxConcurrentTransforms`` requests in flight), and
+writes an object's ``.out`` only when the whole object succeeded; the supervisor uploads it to
+``<S3OutputPath>/<key below the prefix>.out``. A failing record fails the job; its
 FailureReason names the object and the record. Statuses are DescribeTransformJob's
 (InProgress, Completed, Failed, Stopping, Stopped); StopTransformJob ends every worker.
 """
@@ -32,7 +34,6 @@ from airflow_smdist.backends.local import (
     contract,
     dt,
     inference,
-    launcher,
     runtimes,
 )
 from airflow_smdist.backends.local.store import (
@@ -43,7 +44,7 @@ from airflow_smdist.backends.local.store import (
 from airflow_smdist.backends.local.supervisor import JobSupervisor, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.sharding import output_uri
-from airflow_smdist.storage import Storage, relative_key
+from airflow_smdist.storage import relative_key
 
 OPERATION = "CreateTransformJob"
 MODELS_DIR = "models"
@@ -268,53 +269,40 @@ class TransformSupervisor(JobSupervisor):
 
     def worker_command(self, host: contract.Host, base: str, items: list[dict], code_rel: str | None,
                        defaults: str) -> list[str]:
-        """One instance's command. In the worker's interpreter: this module's worker, reading and writing storage
-        itself. In the image's runtime (no airflow_smdist, no storage client of ours): the inference engine run
-        by path over the instance's objects, staged here into ``.transform/input`` (SageMaker's agent feeds the
-        container the same way, from outside); :meth:`upload_runtime_outputs` uploads the ``.out`` objects."""
-        if self.runtime.is_worker:
-            return [sys.executable, "-m", "airflow_smdist.backends.local.transform", "--worker", str(self.dir),
-                    host.label]
+        """One instance's command: the inference engine, run by path in the image's runtime over the instance's
+        objects, staged here into ``.transform/input`` (SageMaker's agent feeds the container the same way, from
+        outside: the model's code never holds the storage credentials); :meth:`upload_outputs` uploads the
+        ``.out`` objects it writes."""
         staged = self.host_dir(host) / ".transform"
         for item in items:
             self.storage.download(item["uri"], staged / "input" / item["rel"])
         (staged / "output").mkdir(parents=True, exist_ok=True)
+        write_json_atomic(staged / "names.json", {item["rel"]: item["uri"] for item in items})
         args = ["--input", f"{base}/.transform/input", "--output", f"{base}/.transform/output",
-                "--model", f"{base}/model", "--defaults", defaults, "--failure-file", f"{base}/output/failure"]
+                "--model", f"{base}/model", "--defaults", defaults, "--failure-file", f"{base}/output/failure",
+                "--names", f"{base}/.transform/names.json"]
         if code_rel:
             args += ["--code-dir", f"{base}/{code_rel}"]
         return [self.runtime.python, self.runtime.platform_script("inference.py"), *args,
                 *inference.Settings.from_request(self.request).to_args()]
 
-    def upload_runtime_outputs(self, hosts: list[contract.Host], work: dict) -> None:
-        """Every object's ``<rel>.out`` the engine wrote, to its output URI (a Completed job has them all)."""
+    def upload_outputs(self, hosts: list[contract.Host], work: dict, *, complete: bool) -> None:
+        """Every object's ``<rel>.out`` the engine wrote (whole objects only), to its output URI: all of them for
+        a Completed job, those done before the failure or stop otherwise."""
         for host in hosts:
             out = self.host_dir(host) / ".transform" / "output"
             for key in work[host.label]:
-                self.storage.upload(out / (key.item["rel"] + ".out"), key.item["output"])
-    def keep_paths(self) -> list[str]:
-        """The directories of the file:// inputs and outputs the worker reads and writes (SageMaker's agent
-        moves the data outside the container; the worker does it from inside the host here)."""
-        dirs = set(super().keep_paths())
-        for item in getattr(self, "items", []):
-            for uri in (item["uri"], item["output"]):
-                if uri.startswith("file://"):
-                    path = Path(uri[len("file://"):]).parent
-                    path.mkdir(parents=True, exist_ok=True)
-                    dirs.add(str(path))
-        return sorted(dirs)
+                path = out / (key.item["rel"] + ".out")
+                if complete or path.exists():
+                    self.storage.upload(path, key.item["output"])
 
     def network_isolated(self) -> bool:
-        """Never for the worker: it reads and writes the job's data as SageMaker's agent does outside the
-        container (the model's own network isolation is not enforced locally)."""
-        return False
+        """The model's EnableNetworkIsolation: the platform moves the data outside the container, so an
+        isolated model's code reaches nothing (its host still gets its staged objects)."""
+        return bool(self.model().get("EnableNetworkIsolation"))
 
     def worker_env(self, container: dict, host: contract.Host, base: str, n_cpus: int) -> dict[str, str]:
-        env = self.base_env()
-        # the worker is also the platform's data plane here (it reads the inputs and writes the outputs that
-        # SageMaker's agent moves outside the container): it keeps the worker's AWS credentials for that
-        env.update({k: v for k, v in os.environ.items() if k.startswith("AWS_") and k not in env})
-        env["PYTHONPATH"] = launcher.package_root()
+        env = self.base_env()  # the allow-list every host gets: no worker credentials, AIRFLOW_* or PYTHONPATH
         env.update(container.get("Environment") or {})
         env.update(self.request.get("Environment") or {})
         env["SAGEMAKER_BATCH"] = "true"
@@ -369,11 +357,8 @@ class TransformSupervisor(JobSupervisor):
             else:
                 n_cpus = max(1, (os.cpu_count() or 1) // len(busy))
                 for host in busy:
-                    hd = self.host_dir(host)
-                    base = "/opt/ml" if isolation == "namespace" else str(hd)
+                    base = "/opt/ml" if isolation == "namespace" else str(self.host_dir(host))
                     items = [k.item for k in work[host.label]]
-                    write_json_atomic(hd / "worker.json", {"objects": items, "base": base, "code": code_rel,
-                                                            "defaults": defaults})
                     cmd = self.worker_command(host, base, items, code_rel, defaults)
                     env = self.runtime.apply(self.worker_env(container, host, base, n_cpus))
                     self.start_host(host, cmd, env, base)
@@ -382,8 +367,7 @@ class TransformSupervisor(JobSupervisor):
                 status, _secondary, reason = self.watch(cluster)
                 for t in self.readers:
                     t.join(timeout=10)
-                if status == "Completed" and not self.runtime.is_worker:
-                    self.upload_runtime_outputs(busy, work)
+                self.upload_outputs(busy, work, complete=status == "Completed")
         except (PlatformError, runtimes.RuntimeError_) as e:
             status, reason = "Failed", str(e)
         except Exception as e:  # noqa: BLE001 - any platform error fails the job with its reason
@@ -408,60 +392,8 @@ class _Key:
         self.key = item["key"]
 
 
-# -- one instance ------------------------------------------------------------------------------------------
-def worker_main(job_dir: Path, label: str) -> int:
-    """One simulated instance: load the model once, transform its objects in key order."""
-    job_dir = Path(job_dir)
-    hd = job_dir / "hosts" / label
-    cfg = read_json(hd / "worker.json")
-    request = read_json(job_dir / "request.json")
-    state = read_json(job_dir / "state.json")
-    storage = Storage(endpoint_url=state.get("s3_endpoint_url"), region_name=state.get("region"))
-    base = cfg["base"]
-    model_dir = os.path.join(base, "model")
-    code_dir = os.path.join(base, cfg["code"]) if cfg.get("code") else inference.code_dir_for(model_dir, None)
-    settings = inference.Settings.from_request(request)
-    current = None
-    try:
-        started = time.time()
-        handler = inference.Handler(model_dir, code_dir=code_dir, defaults=cfg["defaults"])
-        user = f"{handler.module_name} from {code_dir}" if handler.user_module else "no user module (defaults only)"
-        print(f"{label}: model loaded in {time.time() - started:.2f}s ({user}); {len(cfg['objects'])} object(s)",
-              flush=True)
-        from concurrent.futures import ThreadPoolExecutor
-
-        records = 0
-        with ThreadPoolExecutor(max_workers=max(1, settings.max_concurrent_transforms)) as pool:
-            for item in cfg["objects"]:
-                current = item["uri"]
-                t0 = time.time()
-                result = inference.transform_object(handler, storage.read_bytes(item["uri"]), settings,
-                                                    name=item["uri"], executor=pool)
-                storage.write_bytes(result.output, item["output"])
-                records += result.records
-                print(f"{label}: {item['rel']}: {result.records} record(s) in {result.batches} request(s), "
-                      f"{time.time() - t0:.2f}s -> {item['output']}", flush=True)
-        print(f"{label}: done, {records} record(s) in {time.time() - started:.2f}s", flush=True)
-        return 0
-    except Exception as e:  # noqa: BLE001 - the message becomes the job's FailureReason
-        traceback.print_exc()
-        if isinstance(e, inference.TransformError):
-            message = str(e)
-        elif current:
-            message = f"{current}: {type(e).__name__}: {e}"
-        else:
-            message = f"loading the model failed: {type(e).__name__}: {e}"
-        print(f"{label}: {message}", flush=True)
-        failure = hd / "output" / "failure"
-        failure.parent.mkdir(parents=True, exist_ok=True)
-        failure.write_text(message)
-        return 1
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--worker":
-        return worker_main(Path(argv[1]), argv[2])
     return TransformSupervisor(Path(argv[0])).run()
 
 
