@@ -309,3 +309,113 @@ def test_clearing_a_finished_task_runs_its_job_again_unless_told_otherwise(tmp_p
         assert cleared["job_name"] == first["job_name"] + "-r2" and cleared["status"] == "Completed"
     else:
         assert cleared["job_name"] == first["job_name"]
+
+
+# -- half-made jobs: a task killed inside submit() ------------------------------------------------------------
+_TASK = """
+import json, sys
+from types import SimpleNamespace
+from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+args = json.loads(sys.argv[1])
+ctx = {"ti": SimpleNamespace(dag_id="d", task_id="train", map_index=-1, try_number=args.pop("try_number"),
+                             max_tries=1), "run_id": args.pop("run_id")}
+result = SageMakerDistributedTrainingOperator(task_id="train", retries=1, **args).execute(ctx)
+print("RESULT " + json.dumps(result, default=str), flush=True)
+"""
+
+
+def _task_process(tmp_path, run_id, try_number, **kw):
+    """A real task process (the operator's execute, as the task runner calls it) running the echo job."""
+    import subprocess
+
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    (data / "a.csv").write_text("1\n")
+    args = dict(entry_point="echo_args.py", source_dir=FAULTS, image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
+                inputs={"train": f"file://{data}"}, output_path=f"file://{tmp_path}/out",
+                environment={"SMDIST_REPO": REPO}, poll_interval=0.3, run_id=run_id, try_number=try_number, **kw)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    return subprocess.Popen([sys.executable, "-c", _TASK, json.dumps(args)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(predicate, timeout=120.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_task_killed_inside_submit_leaves_no_job_and_its_retry_runs_it(tmp_path, monkeypatch):
+    import fcntl
+    import signal
+
+    from airflow_smdist.backends.base import JobNotFound
+    from airflow_smdist.backends.local.store import pid_alive, private_dir
+
+    root = tmp_path / "jobs"
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(root))
+    backend = LocalBackend(root)
+    run = uuid.uuid4().hex
+    private_dir(root)
+    with open(root / "addresses.lock", "a+") as lock:
+        # another submitter holds the address lock: the task blocks there, its job half made
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        task = _task_process(tmp_path, run, 1, hyperparameters={"sleep": 1})
+        _wait_for(lambda: any((d / "supervisor.pid").exists() for d in backend.store.staging_dirs("training")),
+                  what="the task to start its job's supervisor")
+        [staged] = backend.store.staging_dirs("training")
+        supervisor = int((staged / "supervisor.pid").read_text().split()[0])
+        assert task.poll() is None and pid_alive(supervisor)
+        task.send_signal(signal.SIGKILL)
+        task.wait()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    name = staged.name.split(".")[2]
+    # the supervisor sees its submitter gone, removes the staging directory and ends; no job of that name exists
+    _wait_for(lambda: not pid_alive(supervisor) and not staged.exists(), timeout=30, what="the supervisor to end")
+    assert backend.list_jobs("training") == []
+    with pytest.raises(JobNotFound):
+        backend.describe("training", name)
+    # the retry (try 2) makes the job under the same name and runs it
+    retry = _echo(tmp_path, retries=1, hyperparameters={"sleep": 1}).execute(_ti_ctx(run, try_number=2, max_tries=1))
+    assert retry["job_name"] == name and retry["status"] == "Completed"
+    assert [j["TrainingJobName"] for j in backend.list_jobs("training")] == [name]
+
+
+def test_a_staging_directory_of_a_dead_submitter_is_never_listed_and_is_reclaimed(tmp_path, monkeypatch):
+    import subprocess
+
+    root = tmp_path / "jobs"
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(root))
+    # a submitter killed -9 right after making its staging directory (before its supervisor started)
+    code = ("import os, signal, sys; from airflow_smdist.backends.local.store import JobStore; "
+            "JobStore(sys.argv[1]).stage('training', 'half-made'); os.kill(os.getpid(), signal.SIGKILL)")
+    proc = subprocess.run([sys.executable, "-c", code, str(root)], env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == -9
+    backend = LocalBackend(root)
+    [staged] = backend.store.staging_dirs("training")
+    assert backend.list_jobs("training") == []
+    result = _echo(tmp_path, job_name="half-made").execute(_ti_ctx(uuid.uuid4().hex))
+    assert result["job_name"] == "half-made" and result["status"] == "Completed"
+    assert not staged.exists() and backend.store.staging_dirs("training") == []
+
+
+def test_a_job_left_without_a_supervisor_fails_with_the_reason_and_the_retry_makes_a_new_one(tmp_path, monkeypatch):
+    from airflow_smdist.backends.local import HALF_MADE_GRACE_SECONDS
+    from airflow_smdist.backends.local.store import write_json_atomic
+
+    root = tmp_path / "jobs"
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(root))
+    # what a submitter of an older version left when killed before starting the supervisor: request and
+    # state, no supervisor.pid
+    job = root / "training" / "orphan-job"
+    job.mkdir(parents=True)
+    write_json_atomic(job / "request.json", req("orphan-job"))
+    write_json_atomic(job / "state.json", {"status": "InProgress", "secondary_status": "Starting",
+                                           "created": time.time() - HALF_MADE_GRACE_SECONDS - 1, "transitions": []})
+    backend = LocalBackend(root)
+    described = backend.describe("training", "orphan-job")
+    assert described["TrainingJobStatus"] == "Failed"
+    assert "the process that submitted this job ended before its supervisor started" in described["FailureReason"]
+    result = _echo(tmp_path, job_name="orphan-job").execute(_ti_ctx(uuid.uuid4().hex))
+    assert result["job_name"] == "orphan-job-r2" and result["status"] == "Completed"

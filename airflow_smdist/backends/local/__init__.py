@@ -15,10 +15,12 @@ state)``; and the supervisor's ``main(argv)``). The job-kind registry (:mod:`air
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -63,6 +65,8 @@ if TYPE_CHECKING:  # mypy checks that every registered module satisfies the prot
 
     _KIND_MODULES_CHECKED: tuple[LocalJobKind, ...] = (_training, _processing, _transform, _tuning)
 
+#: a job without a supervisor pid file (half made by an older version) counts as failed after this
+HALF_MADE_GRACE_SECONDS = 30.0
 #: how often a blocking wait looks at a job's state file (one stat call)
 STATE_POLL_SECONDS = 0.05
 
@@ -91,6 +95,15 @@ def transitions_of(state: dict) -> list[dict]:
 def last_modified(state: dict) -> datetime | None:
     times = [t.get("end") or t["start"] for t in state.get("transitions", [])] or [state.get("created")]
     return dt(max(t for t in times if t))
+
+
+@dataclass
+class _Staging:
+    """A job being made by ``submit``: its staging directory and what has been started for it so far."""
+
+    dir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    block: tuple[int, int] | None = None
 
 
 class LocalBackend:
@@ -136,29 +149,64 @@ class LocalBackend:
             from airflow_smdist.backends.local import hostnet
 
             hostnet.reclaim()  # bridges of supervisors killed with -9
+        if self.store.taken(kind, name):
+            raise self._name_taken(kind, name)
+        staging = _Staging(self.store.stage(kind, name))
         try:
-            job_dir = self.store.create(kind, name)
-        except FileExistsError:
-            raise BackendError(f"Job name must be unique within an AWS account and region, and a job with this name "
-                               f"already exists ({self.arn(kind, name)})", code="ValidationException",
-                               operation=module.OPERATION) from None
+            self._make_job(kind, name, staging, request, isolation, parent)
+            self.store.place(kind, name, staging.dir)
+        except BaseException as exc:
+            self._abandon(kind, name, staging)
+            if isinstance(exc, FileExistsError):
+                raise self._name_taken(kind, name) from None
+            raise
+        return name
+
+    def _name_taken(self, kind: str, name: str) -> BackendError:
+        return BackendError(f"Job name must be unique within an AWS account and region, and a job with this name "
+                            f"already exists ({self.arn(kind, name)})", code="ValidationException",
+                            operation=kind_info(kind).create_op)
+
+    def _make_job(self, kind: str, name: str, staging: _Staging, request: dict[str, Any], isolation: str,
+                  parent: str | None) -> None:
+        """Everything of a job, in its staging directory: logs/, the request, its supervisor (started now, it
+        waits until the job is in place) and its pid, then its loopback block and its state."""
+        job_dir = staging.dir
         (job_dir / "logs").mkdir()
         write_json_atomic(job_dir / "request.json", request)
-        block = self.store.allocate_block(f"{kind}/{name}")
+        staging.proc = self._start_supervisor(kind, name, job_dir)
+        (job_dir / "supervisor.pid").write_text(f"{staging.proc.pid} {_create_time(staging.proc.pid)}")
+        staging.block = self.store.allocate_block(f"{kind}/{name}")
         now = time.time()
-        state = {"status": "InProgress", "secondary_status": "Starting", "created": now, "block": list(block),
+        state = {"status": "InProgress", "secondary_status": "Starting", "created": now,
+                 "block": list(staging.block),
                  "transitions": [{"status": "Starting", "start": now, "message": "Preparing the instances"}],
                  "region": self.region, "s3_endpoint_url": self.s3_endpoint_url, "isolation": isolation,
                  "root": str(self.store.root), "runtimes": self.local_runtimes}
         if parent:
             state["parent"] = parent
         write_json_atomic(job_dir / "state.json", state)
-        with open(job_dir / "supervisor.log", "a") as log:
-            proc = subprocess.Popen([sys.executable, "-m", kind_info(kind).local_module, str(job_dir)],
+
+    def _start_supervisor(self, kind: str, name: str, staged: Path) -> subprocess.Popen[bytes]:
+        """The job's supervisor, detached; told where the job will be, where it is made and by whom, so that
+        it starts only once the job is in place (or removes the staging directory if its submitter dies
+        first: :func:`.store.await_placement`)."""
+        env = self._supervisor_env()
+        env.update(SMDIST_JOB_STAGING=str(staged), SMDIST_JOB_SUBMITTER=str(os.getpid()))
+        with open(staged / "supervisor.log", "a") as log:
+            return subprocess.Popen([sys.executable, "-m", kind_info(kind).local_module,
+                                     str(self.store.job_dir(kind, name))],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=self._supervisor_env())
-        (job_dir / "supervisor.pid").write_text(f"{proc.pid} {_create_time(proc.pid)}")
-        return name
+                                    start_new_session=True, env=env)
+
+    def _abandon(self, kind: str, name: str, staging: _Staging) -> None:
+        """Undo a job that was not placed: end its waiting supervisor, free its block, remove its directory."""
+        if staging.proc is not None:
+            staging.proc.kill()
+            staging.proc.wait()
+        if staging.block is not None:
+            self.store.release_block(f"{kind}/{name}", staging.block)
+        shutil.rmtree(staging.dir, ignore_errors=True)
 
     def describe(self, kind: str, name: str) -> dict[str, Any]:
         module = self.kind_module(kind)
@@ -297,13 +345,25 @@ class LocalBackend:
             return None
         return int(pid)
 
+    def _supervisor_gone(self, job_dir: Path, state: dict) -> str | None:
+        """Why the unfinished job ``job_dir`` has no supervisor any more (None while it has one). Jobs are
+        placed with their supervisor started; one without a pid file was half made by an older version."""
+        if self._supervisor_pid(job_dir) is not None:
+            return None
+        if (job_dir / "supervisor.pid").exists():
+            return f"the local job supervisor exited unexpectedly (see {job_dir / 'supervisor.log'})"
+        if time.time() - float(state.get("created") or 0) < HALF_MADE_GRACE_SECONDS:
+            return None
+        return "the process that submitted this job ended before its supervisor started"
+
     def _live_state(self, kind: str, name: str) -> dict:
         """The state file, corrected when the supervisor died without finishing it."""
         job_dir = self.store.job_dir(kind, name)
         state = self.store.state(kind, name)
         if state["status"] in TERMINAL_STATES:
             return state
-        if (job_dir / "supervisor.pid").exists() and self._supervisor_pid(job_dir) is None:
+        reason = self._supervisor_gone(job_dir, state)
+        if reason:
             state = read_json(job_dir / "state.json")  # it may have finished just now
             if state["status"] not in TERMINAL_STATES:
                 # its hosts ended with it (their lifeline closed); its bridge is reclaimed here
@@ -312,8 +372,7 @@ class LocalBackend:
 
                     hostnet.reclaim()
                 state.update(status="Failed", secondary_status="Failed", ended=time.time(),
-                             failure_reason="InternalServerError: the local job supervisor exited unexpectedly "
-                                            f"(see {job_dir / 'supervisor.log'})")
+                             failure_reason=f"InternalServerError: {reason}")
                 write_json_atomic(job_dir / "state.json", state)
                 self.store.release_block(f"{kind}/{name}")
         elif (job_dir / "stop").exists() and state["status"] == "InProgress":

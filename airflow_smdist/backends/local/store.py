@@ -13,14 +13,26 @@ Layout under the local root (``SMDIST_LOCAL_ROOT``, the ``smdist`` connection's 
 
 State survives the process that submitted the job, so a retried Airflow task in another process
 describes, stops and reattaches to the same job.
+
+A job appears whole or not at all. ``submit`` builds it in a private staging directory beside it
+(``<root>/<kind>/.creating.<name>.<pid>.<random>``: its request, state, logs and the pid of its already started
+supervisor) and renames that into place with ``renameat2(RENAME_NOREPLACE)``, which never replaces an existing
+job, not even an empty directory (a plain rename would). A submitter killed before the rename leaves only a
+staging directory: no job of that name exists (a retry creates it), listings skip it, its waiting supervisor
+removes it when it sees its submitter gone (:func:`await_placement`), and any later submit of that kind
+reclaims one whose creator is dead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import fcntl
 import json
 import os
+import secrets
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -112,6 +124,89 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+#: staging directories of jobs being made: ``.creating.<name>.<pid of the submitter>.<random>``
+STAGING_PREFIX = ".creating."
+#: a staging directory older than this is reclaimed even if its creator's pid is alive (a reused pid)
+STAGING_MAX_AGE_SECONDS = 3600.0
+#: a directory without a state file (made by an older version killed after its mkdir) is reclaimed after this
+LEGACY_GRACE_SECONDS = 60.0
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+
+
+def _renameat2() -> Any:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # a libc without it (glibc < 2.28, some musl)
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename the directory ``src`` to ``dst``, atomically, raising FileExistsError if ``dst`` exists in any
+    form. Where the kernel or file system lacks RENAME_NOREPLACE, ``os.rename``: it still fails on a non-empty
+    ``dst``, and every job directory this store places is non-empty."""
+    fn = _renameat2()
+    if fn is not None:
+        if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS):
+            raise FileExistsError(err, os.strerror(err), str(dst)) if err == errno.EEXIST else \
+                OSError(err, os.strerror(err), str(src))
+    try:
+        os.rename(src, dst)
+    except OSError as e:
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise FileExistsError(e.errno, e.strerror, str(dst)) from None
+        raise
+
+
+def staging_creator(path: Path) -> int | None:
+    """The pid of the process that made the staging directory ``path`` (None if the name is not one)."""
+    if not path.name.startswith(STAGING_PREFIX):
+        return None
+    pid = path.name.rsplit(".", 2)[-2]
+    return int(pid) if pid.isdigit() else None
+
+
+def _staging_abandoned(path: Path) -> bool:
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    return not pid_alive(staging_creator(path)) or age > STAGING_MAX_AGE_SECONDS
+
+
+def await_placement(job_dir: Path, *, poll: float = 0.02) -> bool:
+    """In a supervisor started by ``submit`` (the environment names its staging directory and submitter):
+    wait until the job is in place at ``job_dir`` with this process as its supervisor (True), or until
+    the submitter is gone without placing it (False: the staging directory is removed). A supervisor
+    started otherwise returns True at once."""
+    staging = os.environ.pop("SMDIST_JOB_STAGING", None)
+    submitter = os.environ.pop("SMDIST_JOB_SUBMITTER", None)
+    if not staging or not submitter:
+        return True
+
+    def placed() -> bool:
+        try:
+            return (job_dir / "supervisor.pid").read_text().split()[0] == str(os.getpid())
+        except (FileNotFoundError, IndexError):
+            return False
+
+    while not placed():
+        if not os.path.exists(staging):  # renamed just now (then placed), or discarded by the submitter
+            return placed()
+        if os.getppid() != int(submitter):  # it died (we were re-parented): no rename can come any more
+            if placed():
+                return True
+            shutil.rmtree(staging, ignore_errors=True)
+            return False
+        time.sleep(poll)
+    return True
+
+
 class JobStore:
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         self.root = Path(root) if root else default_root()
@@ -123,13 +218,54 @@ class JobStore:
             raise JobNotFound(kind, name)
         return self.root / kind / name
 
-    def create(self, kind: str, name: str) -> Path:
-        """Make the job's directory, private to this user (0700, in a 0700 kind directory); raises
-        FileExistsError if the name is taken."""
-        d = self.job_dir(kind, name)
-        private_dir(d.parent, chmod=True)
-        d.mkdir(mode=0o700)  # atomic: two submitters of one name cannot both win
+    def stage(self, kind: str, name: str) -> Path:
+        """A new private staging directory for the job ``name`` (0700, in a 0700 kind directory), after
+        reclaiming those of this kind whose submitter died."""
+        base = self.job_dir(kind, name).parent
+        private_dir(base, chmod=True)
+        self.reclaim_staging(kind)
+        d = base / f"{STAGING_PREFIX}{name}.{os.getpid()}.{secrets.token_hex(4)}"
+        d.mkdir(mode=0o700)
         return d
+
+    def place(self, kind: str, name: str, staged: Path) -> Path:
+        """Move the staged job into place as ``name``, atomically; FileExistsError if the name is taken."""
+        d = self.job_dir(kind, name)
+        try:
+            rename_noreplace(staged, d)
+        except FileExistsError:
+            if not self._reclaim_legacy(d):
+                raise
+            rename_noreplace(staged, d)
+        return d
+
+    @staticmethod
+    def _reclaim_legacy(d: Path) -> bool:
+        """Remove ``d`` if it is what an older version left when killed after its mkdir (no request, no
+        state, untouched for a while); whether it did."""
+        try:
+            age = time.time() - d.stat().st_mtime
+        except FileNotFoundError:
+            return True
+        if (d / "state.json").exists() or (d / "request.json").exists() or age < LEGACY_GRACE_SECONDS:
+            return False
+        shutil.rmtree(d, ignore_errors=True)
+        return True
+
+    def staging_dirs(self, kind: str, name: str = "") -> list[Path]:
+        base = self.root / kind  # job names have no dots: ".creating.<name>." names that job's only
+        return sorted(base.glob(f"{STAGING_PREFIX}{name}.*" if name else f"{STAGING_PREFIX}*")) if base.is_dir() else []
+
+    def reclaim_staging(self, kind: str) -> list[Path]:
+        """Remove the staging directories of ``kind`` whose submitter is gone; the ones removed."""
+        gone = [d for d in self.staging_dirs(kind) if _staging_abandoned(d)]
+        for d in gone:
+            shutil.rmtree(d, ignore_errors=True)
+        return gone
+
+    def taken(self, kind: str, name: str) -> bool:
+        """Whether a job (or anything) of that name is in place."""
+        return os.path.lexists(self.job_dir(kind, name))
 
     def exists(self, kind: str, name: str) -> bool:
         return (self.job_dir(kind, name) / "request.json").exists()
@@ -151,7 +287,7 @@ class JobStore:
         base = self.root / kind
         if not base.is_dir():
             return []
-        return sorted(p.name for p in base.iterdir() if (p / "state.json").exists())
+        return sorted(p.name for p in base.iterdir() if not p.name.startswith(".") and (p / "state.json").exists())
 
     # -- loopback addresses ----------------------------------------------------------------------
     def allocate_block(self, job_key: str) -> tuple[int, int]:
@@ -163,12 +299,8 @@ class JobStore:
         path = self.root / "addresses.json"
         with locked(self.root / "addresses.lock"):
             table = read_json(path, {}) or {}
-            # reclaim blocks of jobs that ended or whose supervisor died
             for block, owner in list(table.items()):
-                kind, _, name = owner.partition("/")
-                st = read_json(self.root / kind / name / "state.json", {}) or {}
-                status = st.get("status")
-                if status in TERMINAL_STATES or (status and not pid_alive(st.get("pid")) and st.get("pid")):
+                if self._block_free(owner):
                     del table[block]
             for index in range(0, 254 * 256):
                 a, b = 1 + index // 256, index % 256
@@ -180,11 +312,26 @@ class JobStore:
                     return a, b
         raise RuntimeError("no free loopback block: more than 65,000 local jobs are running")
 
-    def release_block(self, job_key: str) -> None:
+    def _block_free(self, owner: str) -> bool:
+        """Whether the job ``owner`` (kind/name) no longer needs its block: it ended, or it was never placed
+        and is no longer being made (the staging directory is looked at first: a rename in between
+        then shows the placed job)."""
+        kind, _, name = owner.partition("/")
+        if kind not in JOB_KINDS:
+            return True
+        if self.staging_dirs(kind, name):
+            return False
+        st = read_json(self.root / kind / name / "state.json", {}) or {}
+        return not st or st.get("status") in TERMINAL_STATES
+
+    def release_block(self, job_key: str, block: tuple[int, int] | list[int] | None = None) -> None:
+        """Free the blocks of ``job_key`` (only ``block`` when given: two submitters of one name each hold
+        one until the name is settled)."""
         path = self.root / "addresses.json"
         with locked(self.root / "addresses.lock"):
             table = read_json(path, {}) or {}
-            table = {k: v for k, v in table.items() if v != job_key}
+            only = f"{block[0]}.{block[1]}" if block else None
+            table = {k: v for k, v in table.items() if v != job_key or (only is not None and k != only)}
             write_json_atomic(path, table)
 
 

@@ -24,7 +24,7 @@ from airflow_smdist.backends.local import contract, hostnet, launcher
 from airflow_smdist.kinds import kind_info
 from airflow_smdist.backends.local.metrics import MetricParser
 from airflow_smdist.backends.local.sampler import UtilizationSampler
-from airflow_smdist.backends.local.store import JobStore, locked, read_json, write_json_atomic
+from airflow_smdist.backends.local.store import JobStore, await_placement, locked, read_json, write_json_atomic
 from airflow_smdist.storage import Storage, StoredObject, parse_uri
 
 FAILURE_LIMIT = 1024
@@ -141,6 +141,8 @@ class JobSupervisor:
     kind = "training"
 
     def __init__(self, job_dir: Path) -> None:
+        if not await_placement(Path(job_dir)):  # its submitter died before the job was in place
+            raise SystemExit(0)
         self.dir = Path(job_dir)
         self.store = JobStore(self.dir.parent.parent)
         self.request = read_json(self.dir / "request.json")
