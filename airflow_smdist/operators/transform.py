@@ -294,15 +294,16 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         self.kind = "processing" if self.fan_out == "processing" else "transform"
 
     # -- the model -------------------------------------------------------------------------------------
-    def ensure_model(self, backend, context: Any) -> dict:
-        """The model's description; created from ``model_data`` when it does not exist yet."""
+    def plan_model(self, backend, context: Any) -> tuple[str, dict | None, Any]:
+        """(name, existing description or None, CreateModel plan or None): the model, built and validated,
+        nothing created."""
         name = self.model_name_for(context)
         existing = describe_model(backend, name)
         if not self.model_data:
             if existing is None:
                 raise AirflowException(f"model {name!r} does not exist on the {backend.name} backend; give "
                                        "model_data (and image_uri or framework) to create it.")
-            return existing
+            return name, existing, None
         from airflow_smdist.specs import sharding
         from airflow_smdist.specs.transform import build_model
 
@@ -314,6 +315,23 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                            environment=self.model_environment, region=self.hook.region_name,
                            tags=self.tags,  # the SDK tags the model it creates for the transform job too
                            allow_local_uris=backend.name == "local")
+        return name, existing, plan
+
+    def check_job_request(self, backend, storage, context: Any, name: str, input_uri: str,
+                          data_type: str) -> tuple[str, dict | None, Any]:
+        """Build and validate the model's and the job's requests before anything is created or uploaded (a
+        bad one would leave an orphan model); the model's plan, for :meth:`ensure_model`."""
+        planned = self.plan_model(backend, context)
+        _, existing, plan = planned
+        model = existing if plan is None else plan.request
+        self.make_request(backend, storage, name, input_uri, data_type, model=model, upload=False)
+        return planned
+
+    def ensure_model(self, backend, context: Any, planned: tuple[str, dict | None, Any] | None = None) -> dict:
+        """The model's description; created from ``model_data`` when it does not exist yet."""
+        name, existing, plan = planned or self.plan_model(backend, context)
+        if plan is None:
+            return existing
         if existing is None:
             if plan.source_dir:
                 from airflow_smdist.sourcedir import upload_source
@@ -351,7 +369,11 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                       len(objects) - len(pending), len(objects), name, len(pending), uri)
         return uri, "ManifestFile"
 
-    def make_request(self, backend, storage, name: str, input_uri: str, data_type: str) -> dict:
+    def make_request(self, backend, storage, name: str, input_uri: str, data_type: str, *, model: dict | None = None,
+                     upload: bool = True) -> dict:
+        """The job's request over ``input_uri`` with ``model`` (default: the model ensured); ``upload=False``
+        only builds and validates it (the processing runner is not uploaded)."""
+        model = model if model is not None else self._model
         settings = self.settings()
         allow_local = backend.name == "local"
         if self.fan_out == "processing":
@@ -367,17 +389,18 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             with tempfile.TemporaryDirectory(prefix="smdist-runner-") as tmp:
                 runner = shutil.copyfile(inference.__file__, f"{tmp}/{RUNNER_NAME}")
                 plan = build_processing_inference(
-                    job_name=name, role=self.role, model=self._model, input_uri=input_uri,
+                    job_name=name, role=self.role, model=model, input_uri=input_uri,
                     output_uri=self.output_uri, runner=runner, code_location=sharding.work_uri(self.output_uri, "code"),
                     instance_type=self.instance_type, instance_count=self.instance_count, s3_data_type=data_type,
                     settings=_checked_settings(settings), environment=self.environment,
                     max_runtime_in_seconds=self.max_runtime, tags=self.tags, region=self.hook.region_name,
                     allow_local_uris=allow_local)
-                upload_plan(plan, storage)
+                if upload:
+                    upload_plan(plan, storage)
             return plan.request
         from airflow_smdist.specs.transform import build_transform
 
-        return build_transform(job_name=name, model_name=self._model["ModelName"], input_uri=input_uri,
+        return build_transform(job_name=name, model_name=model["ModelName"], input_uri=input_uri,
                                s3_data_type=data_type, output_uri=self.output_uri, instance_type=self.instance_type,
                                instance_count=self.instance_count, environment=self.environment, tags=self.tags,
                                allow_local_uris=allow_local, **settings)
@@ -425,7 +448,9 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             if not pending:
                 self.log.info("All %d object(s) already have complete outputs: no job to run.", len(objects))
             else:
-                self._model = self.ensure_model(backend, context)
+                planned = self.check_job_request(backend, storage, context, name, manifest or self.input_uri,
+                                                 "ManifestFile" if manifest else self.s3_data_type)
+                self._model = self.ensure_model(backend, context, planned)
                 input_uri, data_type = self._input_for(storage, name, objects, pending, manifest)
                 request = self.make_request(backend, storage, name, input_uri, data_type)
                 self.lifecycle.submit(request)  # the lifecycle tags the job with its owner
@@ -543,6 +568,9 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                 break
         else:
             raise AirflowException(f"{MAX_GENERATIONS} generations of {base} ran; give a new job_name.")
+        model_plan = self.check_job_request(backend, storage, context, f"{base_g}-s0",
+                                         sharding.work_uri(self.output_uri, "plans", base_g, "shard-0000.json"),
+                                         "ManifestFile")
         processed: list[str] = []
         if plan is None:
             before = completeness(storage, objects, self.output_uri, self.settings(), self.check_records)
@@ -563,7 +591,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             self.log.info("Planned %d shard job(s) over %d of %d object(s) (balance max/mean %.3f).", len(shards),
                           len(todo), len(objects), sharding.balance(planned))
             processed = [o.uri for o in todo]
-        self._model = self.ensure_model(backend, context)
+        self._model = self.ensure_model(backend, context, model_plan)
         jobs = self._run_shard_jobs(backend, storage, base_g, plan["shards"], context)
         return self._conclude(storage, objects, jobs, processed)
 

@@ -248,3 +248,18 @@ def test_the_model_carries_the_operators_tags(backend, prefix, sm):
     models = sm.list_models(NameContains="smdist")["Models"]
     tagged = [m for m in models if {"Key": "team", "Value": "ml"} in sm.list_tags(ResourceArn=m["ModelArn"])["Tags"]]
     assert tagged, models
+
+
+@pytest.mark.parametrize("fan_out", ["transform", "processing", "jobs"])
+def test_a_bad_job_request_is_refused_before_the_model_is_created(backend, prefix, s3, sm, fan_out):
+    """The transform or processing request is built and validated before CreateModel and before the model's
+    code or the shard plans are uploaded: a bad one leaves no orphan model and names the field."""
+    task_id = f"bad_{fan_out}_{uuid.uuid4().hex[:6]}"
+    ctx = context(f"run-{uuid.uuid4().hex}", task_id)
+    task = op(prefix, fan_out=fan_out, task_id=task_id, environment={"bad key": "x"})
+    with pytest.raises(SpecError, match=r"Environment\['bad key'\]"):
+        task.execute(ctx)
+    model = task.model_name_for(ctx)
+    assert describe_model(backend, model) is None
+    assert model not in [m["ModelName"] for m in sm.list_models()["Models"]]
+    assert "Contents" not in s3.list_objects_v2(Bucket=prefix, Prefix="out/")  # no code, runner or plans
