@@ -22,8 +22,6 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1"
 EXCEPTION_LINE = "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/smdist-expected-input.csv'"
 
 
-
-
 @pytest.fixture
 def backend(tmp_path):
     return LocalBackend(tmp_path / "jobs")
@@ -53,3 +51,18 @@ def test_processing_failure_reason_ends_with_the_exception_line(backend, tmp_pat
     assert len(reason) <= 1024
     assert reason.startswith("AlgorithmError: the processing command failed with exit code 1")
     assert reason.rstrip().endswith(EXCEPTION_LINE)
+
+
+def test_failure_reason_quotes_the_failing_ranks_traceback_through_other_ranks_lines(backend, tmp_path):
+    """mpirun's --tag-output interleaves the ranks' lines: the reason quotes rank 3's traceback up to its
+    exception line, without rank 1's lines printed meanwhile (they cut it short before)."""
+    name = f"ranks-{uuid.uuid4().hex[:8]}"
+    plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out",
+                          entry_point="interleaved_ranks.py", source_dir=FAULTS, image_uri=IMAGE,
+                          instance_type="ml.m5.xlarge")
+    upload_source(plan.source_dir, "interleaved_ranks.py", plan.source_uri)
+    backend.submit("training", plan.request)
+    reason = wait(backend, "training", name)["FailureReason"]
+    assert reason.rstrip('"').rstrip().endswith("[1,3]<stderr>:ValueError: rank 3 failed on purpose"), reason
+    assert "raise ValueError" in reason and "step 2" not in reason and "step 3" not in reason, reason
+    assert "step 1 loss" in reason  # what was printed before the traceback is context

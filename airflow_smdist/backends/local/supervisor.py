@@ -60,13 +60,23 @@ def error_excerpt(lines: list[str]) -> list[str]:
     for start in reversed(starts):
         end = _exception_line(lines, start)
         if end is not None and "ChildFailedError" not in lines[end]:
-            return lines[: end + 1]
+            prefix = _tag(lines[start])
+            # a tagged rank's traceback: other ranks' lines printed meanwhile are not part of it
+            return lines[:start] + [x for x in lines[start: end + 1] if x.startswith(prefix)]
     return lines
 
 
+def _tag(line: str) -> str:
+    """The rank tag a line of a traceback starts with (``[1,3]<stderr>:``), or ""."""
+    match = _TRACEBACK.match(line)
+    return (match.group(1) or "") if match else ""
+
+
 def _exception_line(lines: list[str], start: int) -> int | None:
-    prefix = _TRACEBACK.match(lines[start]).group(1) or ""
+    prefix = _tag(lines[start])
     for i in range(start + 1, len(lines)):
+        if not lines[i].startswith(prefix):  # another rank's line, interleaved by mpirun/torchrun
+            continue
         body = lines[i].removeprefix(prefix)
         if body.strip() and not body.startswith((" ", "\t")) and not _TRACEBACK.match(body):
             if body.startswith(_CHAINED):
