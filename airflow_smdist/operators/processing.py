@@ -17,21 +17,18 @@ root on the local backend.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Sequence
-
-from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
 
 from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
-from airflow_smdist.operators.links import SmdistConsoleLink
-from airflow_smdist.specs.processing import ProcessingArguments, PySparkArguments, ScriptArguments
+from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, SmdistConsoleLink
+from airflow_smdist.specs.arguments import PROCESSING, PYSPARK, SCRIPT
 
-#: The builders' arguments (the argument dataclasses of specs/processing.py), which the operators pass on
-#: and template: common to both, PySparkProcessor's, ScriptProcessor/FrameworkProcessor's.
-COMMON_FIELDS = dataclasses.fields(ProcessingArguments)
-PYSPARK_FIELDS = dataclasses.fields(PySparkArguments)
-SCRIPT_FIELDS = dataclasses.fields(ScriptArguments)
+#: The builders' arguments (the argument dataclasses of specs/processing.py, as data), which the operators
+#: pass on and template: common to both, PySparkProcessor's, ScriptProcessor/FrameworkProcessor's.
+COMMON_FIELDS = PROCESSING
+PYSPARK_FIELDS = PYSPARK
+SCRIPT_FIELDS = SCRIPT
 COMMON_ARGS = tuple(f.name for f in COMMON_FIELDS)
 PYSPARK_ARGS = tuple(f.name for f in PYSPARK_FIELDS if f.name not in COMMON_ARGS)
 SCRIPT_ARGS = tuple(f.name for f in SCRIPT_FIELDS if f.name not in COMMON_ARGS)

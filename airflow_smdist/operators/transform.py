@@ -33,12 +33,9 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
-
 from airflow_smdist._compat import AirflowException, BaseOperator
-from airflow_smdist.backends.base import ModelNotFound, ResourceExists
 from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, require_role, stable_job_name
-from airflow_smdist.operators.links import SmdistConsoleLink, persist_console_links
+from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, SmdistConsoleLink, persist_console_links
 
 FAN_OUTS = ("transform", "processing", "jobs")
 MAX_GENERATIONS = 99
@@ -66,6 +63,8 @@ def create_model(backend, request: dict) -> str:
 
 def describe_model(backend, name: str) -> dict | None:
     """DescribeModel on ``backend``; None when there is no such model."""
+    from airflow_smdist.backends.base import ModelNotFound
+
     try:
         return backend.describe_model(name)
     except ModelNotFound:
@@ -329,6 +328,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
 
     def ensure_model(self, backend, context: Any, planned: tuple[str, dict | None, Any] | None = None) -> dict:
         """The model's description; created from ``model_data`` when it does not exist yet."""
+        from airflow_smdist.backends.base import ResourceExists
+
         name, existing, plan = planned or self.plan_model(backend, context)
         if plan is None:
             return existing

@@ -13,11 +13,9 @@ import os
 import tempfile
 from typing import Any, Sequence
 
-from airflow.providers.amazon.aws.links.base_aws import BASE_AWS_CONSOLE_LINK
-
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
 from airflow_smdist.operators.base import NAME_LIMIT, isoformat, require_role, stable_job_name
-from airflow_smdist.operators.links import SmdistConsoleLink
+from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, SmdistConsoleLink
 from airflow_smdist.operators.training import TRAINING_ARGS, SageMakerDistributedTrainingOperator, _ForwardTo
 
 log = logging.getLogger(__name__)
