@@ -2,23 +2,51 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from airflow import __version__ as AIRFLOW_VERSION
 from airflow.exceptions import AirflowException
 
 AIRFLOW_V_3_0_PLUS = int(AIRFLOW_VERSION.split(".")[0]) >= 3
 
 if AIRFLOW_V_3_0_PLUS:
-    from airflow.sdk import BaseOperator, BaseOperatorLink, BaseSensorOperator, Param, PokeReturnValue
+    from airflow.sdk import BaseOperator, BaseOperatorLink, Param
 else:  # Airflow 2.10 / 2.11
     from airflow.models.param import Param  # type: ignore[no-redef]
     from airflow.models import BaseOperator  # type: ignore[no-redef]
     from airflow.models.baseoperatorlink import BaseOperatorLink  # type: ignore[no-redef]
-    from airflow.sensors.base import BaseSensorOperator, PokeReturnValue  # type: ignore[no-redef]
 
-try:  # Airflow >= 3.1
-    from airflow.sdk import BaseHook
-except ImportError:  # pragma: no cover - older lines
-    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
+if TYPE_CHECKING:
+    from airflow.sdk import BaseHook, BaseSensorOperator, PokeReturnValue
+
+
+def _sensor_names() -> dict[str, Any]:
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk import BaseSensorOperator, PokeReturnValue
+    else:  # Airflow 2.10 / 2.11
+        from airflow.sensors.base import BaseSensorOperator, PokeReturnValue  # type: ignore[no-redef]
+    return {"BaseSensorOperator": BaseSensorOperator, "PokeReturnValue": PokeReturnValue}
+
+
+def _hook_names() -> dict[str, Any]:
+    try:  # Airflow >= 3.1
+        from airflow.sdk import BaseHook
+    except ImportError:  # pragma: no cover - older lines
+        from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
+    return {"BaseHook": BaseHook}
+
+
+#: Names imported on first use (PEP 562), not when a DAG file imports an operator: sensors and hooks are not
+#: needed to parse a DAG, and importing their Airflow modules is a measurable part of a DAG file's parse time.
+_LAZY = {"BaseSensorOperator": _sensor_names, "PokeReturnValue": _sensor_names, "BaseHook": _hook_names}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        names = _LAZY[name]()
+        globals().update(names)
+        return names[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "AIRFLOW_VERSION",
@@ -119,7 +147,7 @@ def get_connection_extra(conn_id: str | None) -> dict:
     except ImportError:  # Airflow 2
         from airflow.exceptions import AirflowNotFoundException  # type: ignore[no-redef]
     try:
-        conn = BaseHook.get_connection(conn_id)
+        conn = _hook_names()["BaseHook"].get_connection(conn_id)
     except AirflowNotFoundException:
         error = _backend_error(conn_id)
         if error is None:

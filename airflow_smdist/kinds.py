@@ -25,6 +25,9 @@ from typing import Any, Literal
 
 JobKind = Literal["training", "processing", "transform", "tuning"]
 Operation = Literal["create", "describe", "stop", "list"]
+#: Names a task tries for its job before giving up ("<base>-r2" .. "-r30", see JobLifecycle.choose); here, not
+#: in lifecycle.py, because operators size their names with it at import time (DAG parse).
+MAX_ATTEMPT_NAMES = 30
 
 
 def snake_case(operation: str) -> str:

@@ -51,7 +51,7 @@ from typing import Any, Literal, TypeVar
 
 from airflow_smdist._compat import AirflowException
 from airflow_smdist.backends.base import RUNNING_STATES, TERMINAL_STATES, Backend, BackendError, JobNotFound
-from airflow_smdist.kinds import JobKindInfo, kind_info
+from airflow_smdist.kinds import MAX_ATTEMPT_NAMES, JobKindInfo, kind_info
 
 T = TypeVar("T")
 
@@ -61,7 +61,6 @@ THROTTLING_CODES = frozenset({"Throttling", "ThrottlingException", "TooManyReque
                               "SlowDown", "RequestThrottled"})
 BASE_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 60.0
-MAX_ATTEMPT_NAMES = 30
 #: log lines kept for the error of a failed job
 LAST_LINES = 20
 #: how long stopping waits for the jobs to end

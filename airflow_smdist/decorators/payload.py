@@ -16,7 +16,6 @@ import inspect
 import json
 import os
 import shutil
-import symtable
 import sys
 import textwrap
 from collections.abc import Callable
@@ -34,6 +33,9 @@ from airflow_smdist.specs.errors import SpecError
 ENTRY_POINT = "smdist_entry.py"
 SERIALIZERS = ("json", "cloudpickle")
 DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
+#: the processing job output each host of ``@task.smdist_processing`` writes its result into (read back by
+#: :mod:`airflow_smdist.decorators.results`)
+RESULTS_OUTPUT = "smdist-results"
 #: files of the provider that travel with every payload (all standard library only)
 RUNTIME_FILES = ("airflow_smdist/__init__.py", "airflow_smdist/runtime/__init__.py",
                  "airflow_smdist/runtime/function.py")
@@ -158,6 +160,8 @@ MODULE_NAMES = frozenset({"__name__", "__file__", "__doc__", "__spec__", "__load
 
 def check_names(source: str, name: str, filename: str) -> None:
     """Refuse names the function takes from its module: only builtins exist around it in the job."""
+    import symtable  # here, not at DAG-parse time
+
     top = symtable.symtable(source, filename, "exec")
     table = next((t for t in top.get_children() if t.get_name() == name), None)
     if table is None:

@@ -27,8 +27,7 @@ from typing import Any, ClassVar
 
 from airflow_smdist._compat import taskflow_base
 from airflow_smdist.decorators.base import SmdistFunctionMixin
-from airflow_smdist.decorators.payload import DEFAULT_MAX_RESULT_BYTES, ENTRY_POINT
-from airflow_smdist.decorators.results import RESULTS_OUTPUT
+from airflow_smdist.decorators.payload import DEFAULT_MAX_RESULT_BYTES, ENTRY_POINT, RESULTS_OUTPUT
 from airflow_smdist.operators.processing import SmdistProcessingOperator
 
 DecoratedOperator, task_decorator_factory = taskflow_base()

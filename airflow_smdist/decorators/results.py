@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from airflow_smdist._compat import AirflowException
+from airflow_smdist.decorators.payload import RESULTS_OUTPUT
 from airflow_smdist.lifecycle import JobFailed
 from airflow_smdist.runtime.function import (
     DONE_FILE,
@@ -31,8 +31,6 @@ from airflow_smdist.runtime.function import (
     RESULT_DIR,
     RESULT_FILE,
 )
-
-RESULTS_OUTPUT = "smdist-results"
 
 
 class SmdistFunctionError(JobFailed):
@@ -104,6 +102,8 @@ def output_tar_uri(description: dict[str, Any]) -> str:
 
 
 def _members(tar_path: str, wanted: set[str], limit: int) -> dict[str, bytes]:
+    import tarfile  # here, not at DAG-parse time
+
     found: dict[str, bytes] = {}
     with tarfile.open(tar_path, "r:gz") as tar:
         for member in tar:

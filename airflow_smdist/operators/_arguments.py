@@ -1,4 +1,6 @@
-"""Operator arguments derived from the request builders' argument dataclasses (written once, in ``specs/``).
+"""Operator arguments derived from the request builders' argument dataclasses (written once, in ``specs/``;
+operators read them as the plain data of :mod:`airflow_smdist.specs.arguments`, which has the same ``name``,
+``default`` and ``type`` attributes as a ``dataclasses.Field``).
 
 An operator declares only its own arguments and ``**kwargs``; :func:`with_arguments` gives its ``__init__``
 the signature it really has (its own arguments plus the builder's, with their defaults), which Airflow reads
@@ -17,7 +19,7 @@ from typing import Any, TypeVar
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def with_arguments(fields: Sequence[dataclasses.Field[Any]], defaults: dict[str, Any] | None = None
+def with_arguments(fields: Sequence[Any], defaults: dict[str, Any] | None = None
                    ) -> Callable[[_F], _F]:
     """Decorate ``__init__(self, *, <own arguments>, **kwargs)`` with the builder's ``fields`` (operator
     ``defaults`` replacing the builder's where given)."""
@@ -41,7 +43,7 @@ def with_arguments(fields: Sequence[dataclasses.Field[Any]], defaults: dict[str,
     return decorate
 
 
-def take_arguments(kwargs: dict[str, Any], fields: Sequence[dataclasses.Field[Any]],
+def take_arguments(kwargs: dict[str, Any], fields: Sequence[Any],
                    defaults: dict[str, Any] | None = None) -> dict[str, Any]:
     """Pop the builder's arguments from an operator's ``kwargs`` (the rest go to BaseOperator), with the
     operator's ``defaults`` (else the builder's) for those not given."""

@@ -11,12 +11,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_smdist._compat import BaseOperator, default_deferrable
-from airflow_smdist.backends.base import JobNotFound
-from airflow_smdist.kinds import kind_info
-from airflow_smdist.lifecycle import MAX_ATTEMPT_NAMES, JobLifecycle, Owner
+from airflow_smdist.kinds import MAX_ATTEMPT_NAMES, kind_info
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where a job is run, not where a DAG file is parsed
     from airflow_smdist.backends.base import Backend
+    from airflow_smdist.lifecycle import JobLifecycle, Owner
 
 NAME_LIMIT = 63
 #: added to a job's own time limits (StoppingCondition) to bound a deferred wait: uploads, queueing
@@ -134,6 +133,8 @@ class SmdistJobOperator(BaseOperator):
     def lifecycle(self) -> JobLifecycle:
         """The lifecycle of this task's jobs (made on first use, for the operator's current kind)."""
         if self._lifecycle is None or self._lifecycle.kind != self.kind:
+            from airflow_smdist.lifecycle import JobLifecycle
+
             self._lifecycle = JobLifecycle(self.get_backend(), self.kind, log=self.log,
                                            poll_interval=self.poll_interval, print_logs=self.print_logs,
                                            owner=self._owner, rerun_on_clear=self.rerun_on_clear)
@@ -142,6 +143,8 @@ class SmdistJobOperator(BaseOperator):
     def own(self, context: Any) -> None:
         """Before anything else: this task instance owns the jobs it makes (their tags) and may take over
         only its own; a job_name too long for the attempt names it may need is refused now."""
+        from airflow_smdist.lifecycle import Owner
+
         self.check_job_name()
         self._owner = Owner.of(context, getattr(self, "retries", 0) or 0)
         if self._lifecycle is not None:
@@ -256,6 +259,8 @@ class SmdistJobOperator(BaseOperator):
     def describe_after_trigger(self, event: dict[str, Any]) -> dict[str, Any]:
         """Back from the trigger: the job's description (and, when it did not complete, its last log lines
         for the error)."""
+        from airflow_smdist.backends.base import JobNotFound
+
         lifecycle = self.lifecycle
         name = event["job_name"]
         try:

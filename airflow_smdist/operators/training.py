@@ -6,11 +6,13 @@ import logging
 from typing import Any, Sequence
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS, mask_hyperparameter
-from airflow_smdist.backends.base import TERMINAL_STATES
 from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
 from airflow_smdist.operators.links import SageMakerTrainingJobLink, SageMakerTrainingLogsLink
-from airflow_smdist.specs.training import TRAINING_ARGS, training_fields
+from airflow_smdist.specs.arguments import TRAINING
+
+#: The builder's arguments (:func:`airflow_smdist.specs.training.training_fields`), in section order.
+TRAINING_ARGS: tuple[str, ...] = tuple(a.name for a in TRAINING)
 
 #: The operator's defaults where they differ from the builder's: no role (the local backend uses a stand-in;
 #: the sagemaker backend requires one, see operators.base.require_role).
@@ -47,10 +49,10 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
                                  "environment": "json", "lr_scaling": "json", "metric_definitions": "json"}
     operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink())
 
-    @with_arguments(training_fields(), OPERATOR_DEFAULTS)
+    @with_arguments(TRAINING, OPERATOR_DEFAULTS)
     def __init__(self, *, secret_hyperparameters: list[str] | None = None, include_runtime: bool = False,
                  insight: bool = True, **kwargs: Any) -> None:
-        arguments = take_arguments(kwargs, training_fields(), OPERATOR_DEFAULTS)
+        arguments = take_arguments(kwargs, TRAINING, OPERATOR_DEFAULTS)
         super().__init__(**kwargs)
         self.insight = insight
         self.include_runtime = include_runtime
@@ -134,6 +136,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         return plan.request
 
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
+        from airflow_smdist.backends.base import TERMINAL_STATES
         from airflow_smdist.specs.distribution import resolve_distribution
 
         out = training_result(description, self.get_backend().name, lr_scaling=self.lr_scaling,
@@ -225,6 +228,8 @@ def lr_scaling_of_job(description: dict[str, Any], hyperparameters: dict[str, An
 def _distributed_dict(distributed: Any) -> Any:
     """An SDK v3 ``Torchrun``/``MPI``/``SMP`` object becomes its dict form (``{"torchrun": {...}}``) here, so
     the operator holds plain data (templated, serialized with the DAG) and never imports the SDK."""
+    if distributed is None or isinstance(distributed, (dict, str)):  # the usual case: nothing to import
+        return distributed
     from airflow_smdist.specs.distribution import V3_CONFIGS
 
     kind = type(distributed).__name__.lower()

@@ -33,11 +33,10 @@ which needs network access, so :func:`algorithm_image_uri` asks for ``image_uri`
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Sequence
 from dataclasses import dataclass
 
-from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.errors import SpecError, close_matches
 from airflow_smdist.specs.instances import check_instance_type, family, gpu_count, is_gpu, single_gpu_types
 
 INPUT_MODES = ("File", "Pipe", "FastFile")
@@ -159,7 +158,7 @@ def get_algorithm(name: str) -> BuiltinAlgorithm:
     if key in ALGORITHMS:
         return ALGORITHMS[key]
     names = sorted(ALGORITHMS)
-    close = difflib.get_close_matches(key, names + sorted(ALIASES), n=1)
+    close = close_matches(key, names + sorted(ALIASES), n=1)
     suggestion = ALIASES.get(close[0], close[0]) if close else None
     raise SpecError("algorithm", f"{name!r} is not a SageMaker built-in algorithm.",
                     f"did you mean '{suggestion}'?" if suggestion else f"use one of {', '.join(names)}.")
@@ -196,7 +195,7 @@ def check_scaling(
 
     if input_mode is not None:
         if input_mode not in INPUT_MODES:
-            close = difflib.get_close_matches(str(input_mode), INPUT_MODES, n=1)
+            close = close_matches(str(input_mode), INPUT_MODES, n=1)
             raise SpecError("AlgorithmSpecification.TrainingInputMode", f"{input_mode!r} is not an input mode.",
                             f"did you mean '{close[0]}'?" if close else f"use one of {', '.join(INPUT_MODES)}.")
         if input_mode == "FastFile":

@@ -54,10 +54,9 @@ Where this module departs from SDK v2.257 on purpose:
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, cast
 
-from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.errors import SpecError, close_matches
 from airflow_smdist.specs.instances import SMDDP_SUPPORTED_INSTANCE_TYPES, family, is_trainium
 
 #: The strategy keys the SDK v2 ``distribution=`` dict can hold (plus ``instance_groups``).
@@ -222,7 +221,7 @@ def _check_keys(distribution: dict[str, Any]) -> None:
         if key == "instance_groups":
             continue
         if key not in STRATEGIES:
-            close = difflib.get_close_matches(str(key), STRATEGIES + ("instance_groups",), n=1)
+            close = close_matches(str(key), STRATEGIES + ("instance_groups",), n=1)
             fix = f"did you mean '{close[0]}'?" if close else f"use one of {', '.join(STRATEGIES)}."
             raise SpecError(f"distribution.{key}", "is not a distribution strategy.", fix)
         if not isinstance(options, dict):
@@ -239,7 +238,7 @@ def _check_keys(distribution: dict[str, Any]) -> None:
 def _check_options(field: str, options: dict[str, Any], allowed: tuple[str, ...]) -> None:
     for opt in options:
         if opt not in allowed:
-            close = difflib.get_close_matches(str(opt), allowed, n=1)
+            close = close_matches(str(opt), allowed, n=1)
             fix = f"did you mean '{close[0]}'?" if close else f"use only {', '.join(allowed)}."
             raise SpecError(f"{field}.{opt}", "is not an option of this strategy (the SDK would ignore it, "
                                               "silently changing how the job runs).", fix)
@@ -256,7 +255,7 @@ def _check_smdistributed_shape(smd: dict[str, Any]) -> None:
                         f"choose one of the supported strategies: {list(SMDISTRIBUTED_STRATEGIES)}.")
     for strategy, options in smd.items():
         if strategy not in SMDISTRIBUTED_STRATEGIES:
-            close = difflib.get_close_matches(str(strategy), SMDISTRIBUTED_STRATEGIES, n=1)
+            close = close_matches(str(strategy), SMDISTRIBUTED_STRATEGIES, n=1)
             fix = f"did you mean '{close[0]}'?" if close else \
                 f"use one of the supported strategies: {list(SMDISTRIBUTED_STRATEGIES)}."
             raise SpecError(f"distribution.smdistributed.{strategy}",
@@ -303,7 +302,7 @@ def _resolve_instance_groups(distribution: dict[str, Any], instance_groups: list
     types = []
     for name in names:
         if name not in by_name:
-            close = difflib.get_close_matches(name, list(by_name), n=1)
+            close = close_matches(name, list(by_name), n=1)
             raise SpecError(field, f"Invalid training instance group {name}!",
                             f"did you mean '{close[0]}'?" if close else f"use one of {sorted(by_name)}.")
         types.append(by_name[name].get("InstanceType"))
@@ -581,7 +580,7 @@ def _v3_dict_form(distributed: Any) -> tuple[str, dict[str, Any]]:
                 raise SpecError(f"distributed.{key}", f"must be a dict of {kind} settings, not "
                                                       f"{type(fields).__name__}.", f"write {{'{key}': {{}}}}.")
             return kind, {k: v for k, v in fields.items() if v is not None}
-        close = difflib.get_close_matches(kind, list(V3_CONFIGS), n=1)
+        close = close_matches(kind, list(V3_CONFIGS), n=1)
         raise SpecError(f"distributed.{key}", "is not an SDK v3 distributed configuration.",
                         f"did you mean '{close[0]}'?" if close else "use torchrun, mpi or smp.")
     raise SpecError("distributed", f"{distributed!r} is not an SDK v3 distributed configuration.",
@@ -592,7 +591,7 @@ def _v3_dict_form(distributed: Any) -> tuple[str, dict[str, Any]]:
 def _check_v3_fields(kind: str, fields: dict[str, Any], where: str) -> None:
     for name in fields:
         if name not in V3_CONFIGS[kind]:
-            close = difflib.get_close_matches(str(name), V3_CONFIGS[kind], n=1)
+            close = close_matches(str(name), V3_CONFIGS[kind], n=1)
             raise SpecError(f"{where}.{name}", f"is not a field of {kind}.",
                             f"did you mean '{close[0]}'?" if close else f"use {', '.join(V3_CONFIGS[kind])}.")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -38,6 +39,14 @@ class SpecErrors(SpecError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+def close_matches(word: str, possibilities: Iterable[str], n: int = 1) -> list[str]:
+    """``difflib.get_close_matches``, for "did you mean" hints; difflib is imported only when an error needs
+    it (the builders' modules are imported at DAG-parse time)."""
+    import difflib
+
+    return difflib.get_close_matches(word, list(possibilities), n=n)
 
 
 _UNNATIVE = ("a Jinja template renders to a string unless the DAG sets render_template_as_native_obj=True")

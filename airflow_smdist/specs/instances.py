@@ -21,10 +21,9 @@ Where the numbers come from (each checked on 2026-12-02):
 
 from __future__ import annotations
 
-import difflib
 import re
 
-from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.errors import SpecError, close_matches
 
 #: NVIDIA GPUs per SageMaker instance type (sources in the module docstring).
 GPU_COUNTS: dict[str, int] = {
@@ -214,7 +213,7 @@ def check_instance_type(instance_type: str, field: str, operation: str = "Create
 
     allowed = enum_values(op, INSTANCE_TYPE_MEMBERS[op])
     if instance_type not in allowed:
-        close = difflib.get_close_matches(instance_type, allowed, n=1)
+        close = close_matches(instance_type, allowed, n=1)
         fix = f"did you mean '{close[0]}'?" if close else f"use one of the {len(allowed)} types {op} accepts."
         kind = op[len("Create"):-len("Job")].lower()
         raise SpecError(field, f"{instance_type!r} is not an instance type SageMaker offers for {kind} jobs.", fix)

@@ -7,12 +7,11 @@ so a mistake is reported here, before any file is written or API call is made, n
 
 from __future__ import annotations
 
-import difflib
 import re
 from functools import lru_cache
 from typing import Any
 
-from airflow_smdist.specs.errors import SpecError, SpecErrors
+from airflow_smdist.specs.errors import SpecError, SpecErrors, close_matches
 
 #: URI schemes the local backend reads and writes besides s3:// (SageMaker itself only takes s3/https).
 LOCAL_URI_PREFIXES = ("file://",)
@@ -91,7 +90,7 @@ def _botocore_error(operation_name: str, error_type: str, name: str, info: dict[
     if error_type == "unknown field":
         unknown = info.get("unknown_param")
         names = list(info.get("valid_names") or [])
-        close = difflib.get_close_matches(str(unknown), names, n=1)
+        close = close_matches(str(unknown), names, n=1)
         fix = f"did you mean '{close[0]}'?" if close else f"use one of {sorted(names)}."
         return SpecError(f"{where}.{unknown}" if name else _field(operation_name, str(unknown)),
                          "is not a member of this request.", fix)
@@ -111,7 +110,7 @@ def _check_string(shape: Any, value: str, path: str, errors: list[SpecError], al
     """A string member against its enum, length and pattern (local URIs pass where allowed)."""
     meta = shape.metadata
     if shape.enum and value not in shape.enum:
-        close = difflib.get_close_matches(value, shape.enum, n=1)
+        close = close_matches(value, shape.enum, n=1)
         fix = f"did you mean '{close[0]}'?" if close else ""
         allowed = list(shape.enum)
         listing = ", ".join(allowed[:12]) + (", ..." if len(allowed) > 12 else "")
