@@ -8,9 +8,13 @@ source in every sample while Airflow's come from ``.pyc`` (``PYTHONDONTWRITEBYTE
 
 Two baselines: a trivial DAG file with one ``EmptyOperator``, and a trivial TaskFlow DAG file (``DAG``,
 ``Param`` and one ``@task``, the Airflow features the example DAGs use). Each measure is the median of fresh
-interpreters, sampled round-robin so machine load hits every variant alike; the time is measured inside the
-interpreter (the DAG file's load only), so interpreter start-up noise does not dilute the ratio.
-Usage: python benchmarks/bench_import.py [repeats]
+interpreters, sampled round-robin so machine load hits every variant alike. Times are CPU times (the machine
+is shared: wall time mostly measures the wait for a core): the DAG file's load alone, measured inside the
+interpreter, and the whole parse (interpreter start + ``import airflow.sdk`` + the DAG file, the child's CPU
+time), which is what a fresh parse of one file costs. Also reported: what a DAG file imports beyond the
+trivial TaskFlow DAG file's modules (``tests/compat/test_provider_and_dags.py`` keeps that list short).
+Usage: python benchmarks/bench_import.py [repeats] [--compare DIR]  (DIR: another checkout, e.g. an export of
+main, whose example DAG files are sampled in the same rounds with its own provider code)
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import compileall
 import glob
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -53,22 +58,38 @@ with DAG("trivial_taskflow", start_date=pendulum.datetime(2026, 1, 1), schedule=
 LOAD = '''
 import sys, time, importlib.util
 import airflow.sdk
-t = time.perf_counter()
+before = len(sys.modules)
+t = time.process_time()
 spec = importlib.util.spec_from_file_location("dagfile", sys.argv[1])
 spec.loader.exec_module(importlib.util.module_from_spec(spec))
-print(time.perf_counter() - t)
+print(time.process_time() - t, len(sys.modules) - before)
 '''
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": REPO}
 
 
-def once(path: str) -> float:
-    out = subprocess.run([sys.executable, "-c", LOAD, path], check=True, env=ENV, capture_output=True, text=True)
-    return float(out.stdout.strip().splitlines()[-1])
+def env_for(repo: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": repo}
+
+
+def once(path: str, repo: str = REPO) -> tuple[float, float, int]:
+    """(CPU s of the DAG file's load, CPU s of the whole interpreter, modules the DAG file imported)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([sys.executable, "-c", LOAD, path], check=True, env=env_for(repo), capture_output=True,
+                         text=True, cwd=repo)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    whole = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    load, modules = out.stdout.strip().splitlines()[-1].split()
+    return float(load), whole, int(modules)
 
 
 def main() -> None:
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-    compileall.compile_dir(os.path.join(REPO, "airflow_smdist"), quiet=1)
+    args = sys.argv[1:]
+    compare = None
+    if "--compare" in args:
+        compare = os.path.abspath(args.pop(args.index("--compare") + 1))
+        args.remove("--compare")
+    repeats = int(args[0]) if args else 7
+    for repo in (REPO, compare) if compare else (REPO,):
+        compileall.compile_dir(os.path.join(repo, "airflow_smdist"), quiet=1)
     tmp = tempfile.mkdtemp(prefix="smdist-bench-import-")
     variants = []
     for label, code in (("trivial DAG file, one EmptyOperator (baseline)", TRIVIAL),
@@ -76,24 +97,31 @@ def main() -> None:
         path = os.path.join(tmp, f"{len(variants)}.py")
         with open(path, "w") as f:
             f.write(code)
-        variants.append((label, path))
+        variants.append((label, path, REPO))
     for dag in sorted(glob.glob(os.path.join(REPO, "dags", "*.py"))):
-        variants.append((f"dags/{os.path.basename(dag)}", dag))
-    samples: dict[str, list[float]] = {label: [] for label, _ in variants}
-    for _, path in variants:  # warm-up: writes each DAG file's bytecode, as the dag processor's first parse does
-        once(path)
+        variants.append((f"dags/{os.path.basename(dag)}", dag, REPO))
+    if compare:
+        for dag in sorted(glob.glob(os.path.join(compare, "dags", "*.py"))):
+            variants.append((f"{os.path.basename(compare)}: dags/{os.path.basename(dag)}", dag, compare))
+    samples: dict[str, list[tuple[float, float, int]]] = {label: [] for label, _, _ in variants}
+    for _, path, repo in variants:  # warm-up: writes each DAG file's bytecode, as the dag processor's first parse does
+        once(path, repo)
     for _ in range(repeats):
-        for label, path in variants:
-            samples[label].append(once(path))
-    med = {label: statistics.median(v) for label, v in samples.items()}
-    base, base2 = med[variants[0][0]], med[variants[1][0]]
-    rows = [(label, f"{med[label] * 1000:.0f} ms", f"{med[label] / base:.2f} / {med[label] / base2:.2f}")
-            for label, _ in variants]
-    report("Example DAG parse time vs a trivial DAG file (ratios: to baseline / to baseline 2)", rows,
-           note=f"median of {repeats} fresh interpreters each (after `import airflow.sdk`, which is not counted), "
-                f"sampled round-robin. {load_note()} Samples (ms): "
-                + json.dumps({k: [round(x * 1000) for x in v] for k, v in samples.items()}))
-
+        for label, path, repo in variants:
+            samples[label].append(once(path, repo))
+    load = {label: statistics.median(x[0] for x in v) for label, v in samples.items()}
+    whole = {label: statistics.median(x[1] for x in v) for label, v in samples.items()}
+    modules = {label: v[0][2] for label, v in samples.items()}
+    empty, taskflow = variants[0][0], variants[1][0]
+    rows = [(label, f"{load[label] * 1000:.0f} ms file / {whole[label] * 1000:.0f} ms whole, {modules[label]} modules",
+             f"file {load[label] / load[empty]:.2f} / {load[label] / load[taskflow]:.2f}; "
+             f"whole {whole[label] / whole[empty]:.3f} / {whole[label] / whole[taskflow]:.3f}")
+            for label, _, _ in variants]
+    report("Example DAG parse CPU time vs a trivial DAG file (ratios: to baseline / to baseline 2)", rows,
+           note=f"CPU time, median of {repeats} fresh interpreters each, sampled round-robin. 'file': the DAG file's "
+                "load after `import airflow.sdk` (not counted); 'whole': the interpreter's CPU time (start + "
+                f"airflow.sdk + the DAG file). {load_note()} Samples (file ms, whole ms): "
+                + json.dumps({k: [(round(a * 1000), round(b * 1000)) for a, b, _ in v] for k, v in samples.items()}))
 
 if __name__ == "__main__":
     main()

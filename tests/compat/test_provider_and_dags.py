@@ -56,6 +56,53 @@ def test_provider_and_dag_imports_stay_cheap(dag_file):
     print(f"{dag_file}: parse (with provider import) took {result['s']:.2f}s")
 
 
+#: What a DAG file may import of the provider: the operator and decorator modules, and the plain data they
+#: are declared with. Builders (specs), the job lifecycle, backends, hooks, storage and triggers are imported
+#: when a task runs, not at every parse.
+PARSE_TIME_MODULES = {
+    "airflow_smdist", "airflow_smdist._compat", "airflow_smdist.kinds", "airflow_smdist.params",
+    "airflow_smdist.operators", "airflow_smdist.operators._arguments", "airflow_smdist.operators.base",
+    "airflow_smdist.operators.links", "airflow_smdist.operators.training", "airflow_smdist.operators.processing",
+    "airflow_smdist.operators.transform", "airflow_smdist.operators.tuning", "airflow_smdist.operators.workflows",
+    "airflow_smdist.operators.scaling", "airflow_smdist.decorators", "airflow_smdist.decorators.base",
+    "airflow_smdist.decorators.payload", "airflow_smdist.decorators.smdist", "airflow_smdist.decorators.processing",
+    "airflow_smdist.runtime", "airflow_smdist.runtime.function", "airflow_smdist.specs",
+    "airflow_smdist.specs.arguments", "airflow_smdist.specs.errors",
+}
+#: Modules a trivial TaskFlow DAG file does not import, that an example DAG file must not import either.
+NOT_AT_PARSE = ("botocore", "boto3", "aiobotocore", "airflow.providers.amazon", "difflib", "tarfile", "symtable",
+                "jsonschema")
+
+
+@pytest.mark.parametrize("dag_file", sorted(f for f in os.listdir(DAGS) if f.endswith(".py")))
+def test_dag_file_imports_only_what_parsing_needs(dag_file):
+    """In a fresh interpreter that has what a trivial TaskFlow DAG file needs (Airflow's DAG, Param, @task),
+    loading an example DAG file (as the DagBag does) adds only the provider's operator modules: no botocore,
+    no Amazon provider modules, no request builders (their dataclasses cost milliseconds to import)."""
+    code = f"""
+import importlib.util, json, sys
+try:
+    from airflow.sdk import DAG, Param, task
+except ImportError:  # Airflow 2
+    from airflow import DAG
+    from airflow.decorators import task
+    from airflow.models.param import Param
+task.python  # the TaskFlow decorator's own modules, as a trivial TaskFlow DAG file loads them
+before = set(sys.modules)
+spec = importlib.util.spec_from_file_location("dagfile", {os.path.join(DAGS, dag_file)!r})
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": REPO})
+    assert out.returncode == 0, out.stderr
+    new = json.loads(out.stdout.strip().splitlines()[-1])
+    provider = {m for m in new if m.split(".")[0] == "airflow_smdist"}
+    assert provider <= PARSE_TIME_MODULES, f"{dag_file} imports {sorted(provider - PARSE_TIME_MODULES)} at parse"
+    unwanted = [m for m in new if any(m == n or m.startswith(n + ".") for n in NOT_AT_PARSE)]
+    assert unwanted == [], f"{dag_file} imports {unwanted} at parse"
+
+
 def test_example_dags_parse_without_errors():
     try:
         from airflow.dag_processing.dagbag import DagBag  # Airflow >= 3.1
