@@ -117,8 +117,30 @@ def write_manifest(storage, report, *, input_uri: str, output_uri: str, fan_out:
                                        jobs=jobs, settings=settings, processed=processed,
                                        created=datetime.now(timezone.utc).isoformat())
     uri = sharding.manifest_uri(output_uri)
-    storage.write_bytes(sharding.dumps(manifest), uri)
+    try:
+        storage.write_bytes(sharding.dumps(manifest), uri)
+    except Exception as exc:  # noqa: BLE001 - reported beside the jobs' outcome (outcome_error), never instead
+        summary = sharding.manifest_summary(manifest, None)
+        summary["manifest_error"] = f"the manifest {uri} could not be written: {type(exc).__name__}: {exc}"
+        return summary
     return sharding.manifest_summary(manifest, uri)
+
+
+def outcome_error(report, summary: dict, failed_jobs: Sequence[str] = (), tail: str = "") -> AirflowException | None:
+    """The task's error when jobs failed, objects are incomplete or the manifest could not be written: all of
+    them, the jobs' failure reasons first (None when all is well)."""
+    manifest_error = summary.get("manifest_error")
+    if not failed_jobs and report.complete and not manifest_error:
+        return None
+    lines = ["; ".join(failed_jobs)] if failed_jobs else []
+    lines.append(report.describe())
+    if manifest_error:
+        lines.append(manifest_error[0].upper() + manifest_error[1:])
+    elif summary.get("manifest_uri"):
+        lines.append(f"Manifest: {summary['manifest_uri']}")
+    if tail and failed_jobs:
+        lines.append(f"Last log lines:\n{tail}")
+    return AirflowException("\n".join(lines))
 
 
 def plan_shards_step(storage, *, input_uri: str, output_uri: str, shards: int, settings: dict,
@@ -532,14 +554,11 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             summary = sharding.manifest_summary(manifest, None)
             summary["shard"] = (self.shard or {}).get("index")
             summary["processed_inputs"] = sorted(processed)
-        failed = [j for j in jobs if j["status"] != "Completed"]
-        if failed or not report.complete:
-            reasons = "; ".join(f"{j['kind']} job {j['job_name']} ended {j['status']}: {j.get('failure_reason')}"
-                                for j in failed)
-            tail = "\n".join(self._last_lines[-10:])
-            raise AirflowException((reasons + "\n" if reasons else "") + report.describe()
-                                   + (f"\nManifest: {summary['manifest_uri']}" if summary.get("manifest_uri") else "")
-                                   + (f"\nLast log lines:\n{tail}" if tail and failed else ""))
+        failed = [f"{j['kind']} job {j['job_name']} ended {j['status']}: {j.get('failure_reason')}"
+                  for j in jobs if j["status"] != "Completed"]
+        error = outcome_error(report, summary, failed, "\n".join(self._last_lines[-10:]))
+        if error is not None:
+            raise error
         self.log.info("Complete: %s", report.describe())
         return summary
 
@@ -761,8 +780,9 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
         summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
                                  fan_out=self.fan_out, jobs=jobs, settings=self.settings(),
                                  processed=processed)
-        if not report.complete:
-            raise AirflowException(report.describe() + f"\nManifest: {summary['manifest_uri']}")
+        error = outcome_error(report, summary)
+        if error is not None:
+            raise error
         self.log.info("Complete: %s; manifest %s", report.describe(), summary["manifest_uri"])
         return summary
 

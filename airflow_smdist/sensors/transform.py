@@ -62,13 +62,20 @@ class SageMakerShardedBatchInferenceSensor(SmdistSensorBase):
             return False
         if not (self.input_uri and self.output_uri):
             return PokeReturnValue(is_done=True, xcom_value={"jobs": results})
-        from airflow_smdist.operators.transform import completeness, list_inputs, storage_for, write_manifest
+        from airflow_smdist.operators.transform import (
+            completeness,
+            list_inputs,
+            outcome_error,
+            storage_for,
+            write_manifest,
+        )
 
         storage = storage_for(backend)
         objects = list_inputs(storage, self.input_uri, self.output_uri)
         report = completeness(storage, objects, self.output_uri, self.record_settings, self.check_records)
         summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
                                  fan_out=self.kind, jobs=results, settings=self.record_settings)
-        if not report.complete:
-            raise AirflowException(report.describe() + f"\nManifest: {summary['manifest_uri']}")
+        error = outcome_error(report, summary)
+        if error is not None:
+            raise error
         return PokeReturnValue(is_done=True, xcom_value=summary)

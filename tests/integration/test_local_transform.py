@@ -675,3 +675,37 @@ def test_a_retry_reattaches_to_the_running_job_and_a_deferred_wait_ends_in_the_s
     summary = deferring.execute_complete(context(run, "score_deferred"), {"job_name": job, "status": "success"})
     assert summary["complete"] and summary["processed"] == 7 and summary["jobs"][0]["job_name"] == job
     assert outputs(tmp_path / "out-deferred") == outputs(tmp_path / "out")
+
+
+def test_a_manifest_that_cannot_be_written_does_not_hide_why_the_job_failed(scoring, backend):
+    """A storage fault while writing the manifest (its key is taken by a directory, so the write fails) is
+    reported beside the failed job's reason, not instead of it."""
+    tmp_path = scoring
+    poisoned = sorted((tmp_path / "in").glob("part-*.csv"))[1]
+    rows = poisoned.read_text().splitlines()
+    rows[4] = "1,2,x"
+    poisoned.write_text("\n".join(rows) + "\n")
+    taken = tmp_path / "out" / "_smdist" / "manifest.json"
+    (taken / "x").mkdir(parents=True)
+    with pytest.raises(AirflowException) as e:
+        op(tmp_path, "transform", "out", instance_count=1).execute(context(f"run-{uuid.uuid4().hex}"))
+    text = str(e.value)
+    assert "ended Failed" in text and "record 5 (line 5)" in text and poisoned.name in text  # the job's reason
+    assert f"{poisoned}: no output" in text  # what is missing
+    assert f"The manifest file://{taken} could not be written: IsADirectoryError" in text  # and the fault
+    assert not list((tmp_path / "out").rglob("*.smdist-partial"))
+
+
+def test_a_manifest_that_cannot_be_written_fails_a_complete_run_naming_it(scoring, backend):
+    tmp_path = scoring
+    taken = tmp_path / "out" / "_smdist" / "manifest.json"
+    (taken / "x").mkdir(parents=True)
+    with pytest.raises(AirflowException) as e:
+        op(tmp_path, "transform", "out", instance_count=1).execute(context(f"run-{uuid.uuid4().hex}"))
+    assert f"The manifest file://{taken} could not be written: IsADirectoryError" in str(e.value)
+    assert len(outputs(tmp_path / "out")) == 7  # the outputs are there; only the manifest is missing
+    merge = SageMakerBatchInferenceMergeOperator(task_id="merge", input_uri=f"file://{tmp_path}/in",
+                                                 output_uri=f"file://{tmp_path}/out", content_type="text/csv",
+                                                 accept="text/csv", split_type="Line", max_payload_mb=1)
+    with pytest.raises(AirflowException, match="The manifest .* could not be written: IsADirectoryError"):
+        merge.execute(context(f"run-{uuid.uuid4().hex}", "merge"))
