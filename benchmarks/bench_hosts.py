@@ -2,7 +2,8 @@
 
 1. Host setup + teardown: a host whose entry point is ``true``, started and ended as the supervisor does it,
    in both modes (fallback: hostinit only; namespaces: bridge, unshare, mounts, veth, hostinit, bridge
-   removal), against a plain ``subprocess`` start of ``true`` (what a host was before: one process tree).
+   removal; ``namespace+nat`` also the gateway and the nftables table), against a plain ``subprocess`` start
+   of ``true`` (what a host was before: one process tree).
 2. An mpi4py allreduce on 2 hosts x 2 processes as a local training job, against the same script started
    directly with ``mpirun -np 4`` on this machine.
 3. A DDP job (tests/fixtures/ddp, 2 hosts) as a local training job, against ``torchrun --nproc_per_node 2``
@@ -55,12 +56,14 @@ def plain_start(tmp: str) -> None:
 
 
 def host_start(tmp: str, isolation: str) -> None:
+    """One host started and ended; ``namespace+nat`` adds the job's gateway and nftables table (and their
+    removal), as a job without network isolation gets them."""
     host_dir = os.path.join(tmp, "hosts", "algo-1")
     os.makedirs(os.path.join(host_dir, "code"), exist_ok=True)
     net = None
-    if isolation == "namespace":
-        net = hostnet.JobNetwork(os.path.join(tmp, uuid.uuid4().hex), hostnet.pick_subnet())
-        net.create()
+    if isolation.startswith("namespace"):
+        net, _why = hostnet.JobNetwork.allocate(os.path.join(tmp, uuid.uuid4().hex), 0, nat=isolation.endswith("nat"))
+        isolation = "namespace"
     proc = launcher.spawn_host(["true"], env={"PATH": os.defpath}, cwd="/opt/ml/code" if net else host_dir,
                                stdout=None, isolation=isolation, host_dir=host_dir, hostname="algo-1",
                                etc_hosts=None, keep=[tmp])
@@ -110,6 +113,8 @@ def main() -> None:
     os.environ.setdefault("SMDIST_LOCAL_RUNTIME", "worker")
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as tmp:
         modes = ["none"] + (["namespace"] if launcher.namespace_prefix() else [])
+        if launcher.namespace_prefix() and hostnet.nat_unavailable() is None:
+            modes.append("namespace+nat")
         host_start(tmp, modes[-1])  # imports (pyroute2) once, as a supervisor does
         runs = [measured(plain_start, tmp) for _ in range(args.repeat)]
         base = [statistics.median(x) for x in zip(*runs)]
@@ -118,7 +123,7 @@ def main() -> None:
         for mode in modes:
             runs = [measured(host_start, tmp, mode) for _ in range(args.repeat)]
             wall, used = (statistics.median(x) for x in zip(*runs))
-            print(f"host start+end, {mode:9s}: {wall * 1000:.1f} ms wall (ratio {wall / base[0]:.0f}x), "
+            print(f"host start+end, {mode:13s}: {wall * 1000:.1f} ms wall (ratio {wall / base[0]:.0f}x), "
                   f"{used * 1000:.1f} ms CPU (ratio {used / max(base[1], 1e-4):.0f}x)")
         if not launcher.namespace_prefix():
             print(f"(namespaces unavailable here: {launcher.namespaces_available()})")

@@ -123,6 +123,7 @@ def test_hosts_have_their_own_name_network_stack_and_tmp(backend, tmp_path, data
     assert two["reply"] == "hello from algo-1"
     assert two["hostname"] == two["current"] == "algo-2" and one["hostname"] == "algo-1"
     assert two["resolved"]["algo-1"] == one["resolved"]["algo-1"] != "127.0.0.1"
+    assert one["peer"] == two["resolved"]["algo-2"]  # from host 2's own address, never through the NAT
     assert one["tmp"] == ["smdist-test-algo-1"] and two["tmp"] == ["smdist-test-algo-2"]  # private /tmp
     # exec without a shell: a name with '-' survives; None is "" on the command line, as the toolkit passes it
     assert one["lr"] == "0.1" and one["argv"] == ["--learning-rate", "0.1", "--nothing", ""]
@@ -273,6 +274,38 @@ def test_hosts_reach_the_workers_network_through_nat_unless_network_isolated(bac
             assert seen[(host, urls[1])] == "reached 198.51.100.1", seen
         assert any(f"through the job's gateway {gateway}" in e.message for e in events if e.host == "platform")
     assert_nothing_left(backend, name)
+
+
+@needs_namespaces
+@pytest.mark.skipif(hostnet.nat_unavailable() is not None, reason=f"no NAT here: {hostnet.nat_unavailable()}")
+def test_jobs_with_nat_never_share_a_subnet_and_leave_nothing(tmp_path):
+    """Two jobs with NAT on one /24 would have the machine route both jobs' replies to one bridge."""
+    nets = [hostnet.JobNetwork.allocate(str(tmp_path / f"job-{i}"), seed=7, nat=True) for i in range(2)]
+    try:
+        assert [why for _net, why in nets] == [None, None]
+        a, b = (net for net, _why in nets)
+        assert a.subnet != b.subnet and a.gateway == a.address(254) and b.gateway == b.address(254)
+        isolated, why = hostnet.JobNetwork.allocate(str(tmp_path / "job-isolated"), seed=7, nat=False)
+        assert why is None and isolated.gateway is None  # an isolated job's bridge has no address at all
+        isolated.remove()
+    finally:
+        for net, _why in nets:
+            net.remove()
+    out = subprocess.run(["nft", "-j", "list", "tables", "ip"], capture_output=True, text=True, check=True).stdout
+    tables = {e["table"]["name"] for e in json.loads(out)["nftables"] if "table" in e}
+    assert not tables & {hostnet.nat_table(n.bridge) for n, _why in nets}
+    assert not [p for p in hostnet.REGISTRY.iterdir() if p.name in (a.bridge, b.bridge, isolated.bridge)]
+
+
+@needs_namespaces
+@pytest.mark.skipif(hostnet.nat_unavailable() is not None, reason=f"no NAT here: {hostnet.nat_unavailable()}")
+def test_reclaim_deletes_a_table_no_job_owns():
+    import ipaddress
+
+    hostnet._nft(hostnet.nat_ruleset("smdb0rphan00", ipaddress.ip_network("10.254.254.0/24")))
+    assert hostnet.nat_table("smdb0rphan00") in hostnet._orphan_tables()
+    hostnet.reclaim()
+    assert hostnet.nat_table("smdb0rphan00") not in hostnet._orphan_tables()
 
 
 def test_fallback_jobs_started_together_never_share_the_master_port(tmp_path, data, monkeypatch):

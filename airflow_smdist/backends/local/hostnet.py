@@ -206,16 +206,18 @@ def nat_ruleset(bridge: str, subnet: ipaddress.IPv4Network) -> list[dict]:
     """The job's table, made anew: masquerade what leaves the job for anywhere but its bridge; forward into
     the job only replies; never from the job to another job's bridge."""
     table = {"family": "ip", "table": nat_table(bridge)}
-    iif, oif = {"meta": {"key": "iifname"}}, {"meta": {"key": "oifname"}}
-    saddr = {"payload": {"protocol": "ip", "field": "saddr"}}
+    oif = {"meta": {"key": "oifname"}}
+    saddr, daddr = ({"payload": {"protocol": "ip", "field": f}} for f in ("saddr", "daddr"))
+    job = {"prefix": {"addr": str(subnet.network_address), "len": subnet.prefixlen}}
+    # Between hosts of the job, by address: with br_netfilter (Docker loads it) bridged frames pass these
+    # hooks too, with a bridge *port* as their interface, so an interface test would masquerade them.
     rules = [
-        ("forward", [_match(iif, bridge), _match(oif, bridge), {"accept": None}]),  # bridged (br_netfilter)
-        ("forward", [_match(iif, bridge), _match(oif, "smdb*"), {"drop": None}]),  # to another job's hosts
+        ("forward", [_match(saddr, job), _match(daddr, job), {"accept": None}]),
+        ("forward", [_match(saddr, job), _match(oif, "smdb*"), {"drop": None}]),  # to another job's hosts
         ("forward", [_match(oif, bridge), _match({"ct": {"key": "state"}}, ["established", "related"], "in"),
                      {"accept": None}]),
         ("forward", [_match(oif, bridge), {"drop": None}]),  # nothing opens a connection into the job
-        ("postrouting", [_match(saddr, {"prefix": {"addr": str(subnet.network_address), "len": subnet.prefixlen}}),
-                         _match(oif, bridge, "!="), {"masquerade": None}]),
+        ("postrouting", [_match(saddr, job), _match(daddr, job, "!="), {"masquerade": None}]),
     ]
     return [
         {"add": {"table": {"family": "ip", "name": table["table"]}}},
@@ -413,10 +415,30 @@ def remove_bridge(name: str) -> None:
         pass
 
 
+def _orphan_tables() -> list[str]:
+    """Jobs' nftables tables with no registered bridge. A job is registered before its table is made and its
+    table deleted before it is unregistered, so such a table belongs to no job (a reclaim by an older
+    version, which knew no tables, left it)."""
+    if not _nft_path():
+        return []
+    r = subprocess.run([_nft_path() or "nft", "-j", "list", "tables", "ip"], capture_output=True, text=True,
+                       timeout=20, check=False)
+    try:
+        names = [e["table"]["name"] for e in json.loads(r.stdout)["nftables"] if "table" in e]
+    except (ValueError, KeyError, TypeError):
+        return []
+    prefix = nat_table("smdb")
+    return [n for n in names if n.startswith(prefix) and not (REGISTRY / n[len("smdist_"):]).exists()]
+
+
 def reclaim() -> list[str]:
-    """Delete the bridges whose supervisor is gone (killed with -9, say); returns their names."""
+    """Delete the bridges whose supervisor is gone (killed with -9, say), and tables of no job; returns the
+    bridges' names."""
     import psutil
 
+    for table in _orphan_tables():
+        with contextlib.suppress(OSError):
+            delete_nat(table[len("smdist_"):])
     if not REGISTRY.is_dir():
         return []
     gone = []
