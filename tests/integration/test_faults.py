@@ -419,3 +419,47 @@ def test_a_job_left_without_a_supervisor_fails_with_the_reason_and_the_retry_mak
     assert "the process that submitted this job ended before its supervisor started" in described["FailureReason"]
     result = _echo(tmp_path, job_name="orphan-job").execute(_ti_ctx(uuid.uuid4().hex))
     assert result["job_name"] == "orphan-job-r2" and result["status"] == "Completed"
+
+
+def _processes_of(job_dir):
+    """Processes that belong to a local job: its supervisor and host processes (by command line or cwd)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline", "cwd", "status"]):
+        if p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        text = " ".join(p.info["cmdline"] or []) + " " + (p.info["cwd"] or "")
+        if str(job_dir) in text:
+            found.append(p)
+    return found
+
+
+def test_a_task_killed_with_sigkill_while_its_job_runs_is_rerun_onto_the_same_job(tmp_path, monkeypatch):
+    import signal
+
+    root = tmp_path / "jobs"
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(root))
+    backend = LocalBackend(root)
+    run = uuid.uuid4().hex
+    task = _task_process(tmp_path, run, 1, hyperparameters={"sleep": 6})
+
+    def training():
+        jobs = backend.list_jobs("training")
+        return jobs and jobs[0].get("SecondaryStatus") == "Training"
+
+    _wait_for(training, what="the task's job to be training")
+    [job] = backend.list_jobs("training")
+    name = job["TrainingJobName"]
+    assert _processes_of(backend.job_dir("training", name))  # its supervisor and host process are seen
+    task.send_signal(signal.SIGKILL)  # the task process itself (the worker's task runner), not the job
+    task.wait()
+    assert backend.describe("training", name)["TrainingJobStatus"] == "InProgress"  # the job outlives its task
+    # the rerun (try 2) reattaches to that job, waits for it and returns its result: no second job
+    retry = _echo(tmp_path, retries=1, hyperparameters={"sleep": 6}).execute(_ti_ctx(run, try_number=2, max_tries=1))
+    assert retry["job_name"] == name and retry["status"] == "Completed"
+    assert [j["TrainingJobName"] for j in backend.list_jobs("training")] == [name]
+    events, _ = backend.log_events("training", name)
+    assert any("argv: --sleep 6" in e.message for e in events)
+    # nothing of the job is left running
+    _wait_for(lambda: not _processes_of(backend.job_dir("training", name)), timeout=30, what="the job's processes")
