@@ -266,7 +266,7 @@ class JobSupervisor:
         loopback = "the worker's loopback endpoints (S3) through forwarded ports"
         if self.net is None or self.net.gateway is None:
             return f"{loopback}, nothing else ({no_nat}: no route off the job)"
-        forwarding = (" (net.ipv4.ip_forward was 0: turned on, machine-wide, and left on, as Docker does)"
+        forwarding = ("; net.ipv4.ip_forward was 0: turned on, machine-wide, and left on, as Docker does"
                       if self.net.forwarding_enabled else "")
         return (f"{loopback}, and what the worker reaches through the job's gateway {self.net.gateway} "
                 f"(nftables masquerade{forwarding}){hostnet.dns_note()}")
