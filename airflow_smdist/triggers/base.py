@@ -3,7 +3,8 @@
 Every trigger of this provider that waits for a job registers with one :class:`CoalescedPoller` per
 (backend, job kind, poll interval) in the triggerer's event loop. Each interval the poller makes one paged
 ``List*Jobs(LastModifiedTimeAfter=...)`` call for all the jobs it watches and hands each job whose summary
-changed (status, secondary status) to its trigger. A trigger starts from the status its operator saw just
+changed (status, secondary status) to its trigger; each List asks only for the changes since the previous
+one (see :class:`CoalescedPoller`). A trigger starts from the status its operator saw just
 before deferring (``job_status``, ``as_of``), so first sight costs nothing either: the List call asks for
 changes since the oldest ``as_of``. The only Describe of a job's wait is the one in ``execute_complete``.
 Throttling errors back off with jitter and never fail a task (:func:`airflow_smdist.lifecycle.acall_with_backoff`,
@@ -15,8 +16,10 @@ reads the new lines of every watched job in one round per interval. On SageMaker
 CloudWatch ``FilterLogEvents`` call per log group, narrowed with ``logStreamNamePrefix`` to the watched jobs'
 common name prefix and routed to each job by stream name. (A departure from batching 100
 ``logStreamNames`` per call: a host's stream name carries its start epoch, which only a DescribeLogStreams
-per job would tell.) Events are read from ``LOG_LAG_SECONDS`` before the newest one seen, to catch lines
-CloudWatch ingests late, and de-duplicated by event id. Each trigger keeps its cursor in a small file (next
+per job would tell.) A round reads from ``LOG_SETTLE_SECONDS`` before the previous read (on CloudWatch's
+clock), and once every ``LOG_LAG_SECONDS`` a sweep reads the whole lag window for lines CloudWatch ingested
+late, so a round's work follows the lines written since the last one; lines read twice are skipped by event
+id (see ``_LogCursor``). Each trigger keeps its cursor in a small file (next
 to a local job; under the local root for SageMaker jobs) written after the lines were logged, so a trigger
 rebuilt after a triggerer restart resumes where the last one stopped: no line twice, none lost.
 
@@ -48,10 +51,18 @@ from airflow_smdist.lifecycle import acall_with_backoff as with_backoff
 
 __all__ = ["THROTTLING_CODES", "is_throttling", "with_backoff"]  # the backoff lives in lifecycle.py
 
-#: how far before the previous poll a List call looks, to cover clock skew between us and the service
+#: how far before the status a trigger started from (``as_of``, this machine's clock) its first List call looks,
+#: to cover clock skew between us and the service
 LIST_OVERLAP_SECONDS = 60.0
-#: CloudWatch may make a line visible after later ones: each read starts this long before the newest seen
+#: later List calls look back this far before the previous call's time on the service's own clock (its
+#: response's Date header): a change is visible to List within this long of its LastModifiedTime (the
+#: service's List index is eventually consistent; the margin also covers the Date header's 1 s resolution)
+LIST_SETTLE_SECONDS = 5.0
+#: CloudWatch may make a line visible after later ones, up to this long after its timestamp: a sweep every
+#: this long reads from this far back (see _LogCursor)
 LOG_LAG_SECONDS = 30.0
+#: most lines are visible this soon after their timestamp: each round reads from this long before the last read
+LOG_SETTLE_SECONDS = 5.0
 #: a tuning job's trials are training jobs "<tuning job>-<3 digits>-<8 hex>" logging to the training group
 _TRIAL_STREAM = re.compile(r"^(?P<trial>(?P<tuning>.+)-\d{3}-[0-9a-f]{8})/")
 
@@ -64,6 +75,17 @@ def _epoch(value: Any) -> float | None:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     return value.timestamp()
+
+
+def _response_time(response: dict[str, Any]) -> float | None:
+    """The service's clock when it answered (the HTTP Date header botocore keeps in ResponseMetadata)."""
+    from email.utils import parsedate_to_datetime
+
+    date = ((response.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}).get("date")
+    try:
+        return parsedate_to_datetime(date).timestamp() if date else None
+    except (TypeError, ValueError):
+        return None
 
 
 def common_prefix(names: list[str]) -> str:
@@ -115,20 +137,28 @@ class SageMakerStatusSource:
 
     async def changed_since(self, kind: str, since: float | None) -> dict[str, dict]:
         """Summaries (List*Jobs) of the jobs of ``kind`` modified after ``since``, by name."""
+        return (await self.changes(kind, since))[0]
+
+    async def changes(self, kind: str, since: float | None) -> tuple[dict[str, dict], float | None]:
+        """(:meth:`changed_since`, the service's time when it answered the first page (epoch, from the
+        response's Date header; None when it sent none))."""
         client = await self._conn()
         kwargs: dict[str, Any] = {"MaxResults": 100}
         if since is not None:
             kwargs["LastModifiedTimeAfter"] = datetime.fromtimestamp(since, tz=UTC)
         out: dict[str, dict] = {}
         info = kind_info(kind)
+        server_time = None
         while True:
             page = await with_backoff(lambda: getattr(client, info.method("list"))(**kwargs), counter=self.calls,
                                       what="list")
+            if server_time is None and "NextToken" not in kwargs:
+                server_time = _response_time(page)
             for summary in page.get(info.summaries_key, []):
                 out[summary[info.name_key]] = summary
             token = page.get("NextToken")
             if not token or token == kwargs.get("NextToken"):
-                return out
+                return out, server_time
             kwargs["NextToken"] = token
 
     async def describe(self, kind: str, name: str) -> dict[str, Any]:
@@ -151,7 +181,7 @@ class SageMakerStatusSource:
         from airflow_smdist.backends.sagemaker import host_of_stream
 
         state = {name: _LogCursor.load(c) for name, c in cursors.items()}
-        start = min(c.start_ms() for c in state.values())
+        start = min(c.read_from() for c in state.values())
         kwargs: dict[str, Any] = {"logGroupName": kind_info(kind).log_group, "startTime": start}
         prefix = common_prefix(list(cursors))
         if prefix:
@@ -159,6 +189,7 @@ class SageMakerStatusSource:
         client = await self._conn("logs")
         found: dict[str, list[tuple[int, int, LogEvent, str]]] = {name: [] for name in cursors}
         order = 0
+        server_time = None
         while True:
             try:
                 page = await with_backoff(lambda: client.filter_log_events(**kwargs), counter=self.calls, what="logs")
@@ -166,6 +197,8 @@ class SageMakerStatusSource:
                 if (getattr(exc, "response", None) or {}).get("Error", {}).get("Code") == "ResourceNotFoundException":
                     break  # the log group does not exist (yet)
                 raise
+            if server_time is None and "nextToken" not in kwargs:
+                server_time = _response_time(page)
             for e in page.get("events", []):
                 stream = e["logStreamName"]
                 owner, host = stream.split("/", 1)[0], None
@@ -184,34 +217,64 @@ class SageMakerStatusSource:
             if not token or token == kwargs.get("nextToken"):
                 break
             kwargs["nextToken"] = token
-        return {name: state[name].take(found[name]) for name in cursors}
+        # a quiet job's cursor moves on with the service's clock (less a second: the Date header's resolution),
+        # so it does not hold every later round's start back at its last line
+        read_ms = None if server_time is None else int(server_time * 1000) - 1000
+        return {name: state[name].take(found[name], start, read_ms) for name in cursors}
 
 
 class _LogCursor:
-    """Where a job's CloudWatch lines were read up to: the newest timestamp seen (ms) and the ids of the events
-    within ``LOG_LAG_SECONDS`` of it (re-read next time, skipped as duplicates)."""
+    """Where a job's CloudWatch lines were read up to, and the ids of the lines read lately.
 
-    def __init__(self, t: int, seen: list) -> None:
+    ``t`` (ms): every line stamped before ``t - LOG_LAG_SECONDS`` was read (a line reaches CloudWatch within
+    ``LOG_LAG_SECONDS`` of its timestamp). ``r`` (ms): the service's time of the last read (None: unknown).
+    A round reads from ``r - LOG_SETTLE_SECONDS`` (most lines arrive that soon), so it re-reads seconds of
+    lines, not the whole lag window; once every ``LOG_LAG_SECONDS`` a round sweeps from ``t - LOG_LAG_SECONDS``
+    for the lines that arrived later than that, and only such a round moves ``t`` on. Lines read twice are
+    skipped by id: ``seen`` keeps the ids of the lines stamped since ``t - LOG_LAG_SECONDS``."""
+
+    def __init__(self, t: int, seen: list, r: int | None = None) -> None:
         self.t = int(t)
+        self.r = None if r is None else int(r)
         self.seen = {str(i): int(ts) for ts, i in seen}
 
     @classmethod
     def load(cls, cursor: Any) -> _LogCursor:
         if isinstance(cursor, dict) and "t" in cursor:
-            return cls(cursor["t"], cursor.get("seen", []))
+            return cls(cursor["t"], cursor.get("seen", []), cursor.get("r"))
         return cls(0, [])
 
     def start_ms(self) -> int:
+        """Where a sweep reads from: no line stamped earlier can be new."""
         return max(0, self.t - int(LOG_LAG_SECONDS * 1000))
 
-    def take(self, events: list[tuple[int, int, LogEvent, str]]) -> tuple[list[LogEvent], dict]:
+    def read_from(self) -> int:
+        """Where this job's next round reads from (a sweep when one is due, or when the service's time of the
+        last read is not known)."""
+        if self.r is None or self.r - self.t >= LOG_LAG_SECONDS * 1000:
+            return self.start_ms()
+        return max(self.start_ms(), self.r - int(LOG_SETTLE_SECONDS * 1000))
+
+    def take(self, events: list[tuple[int, int, LogEvent, str]], start: int | None = None,
+             read_ms: int | None = None) -> tuple[list[LogEvent], dict]:
+        """The new lines among ``events``, read from ``start`` on (default: a sweep), at the service's time
+        ``read_ms``; and the cursor after them."""
+        covered = start is None or start <= self.start_ms()  # a sweep of this job's lag window
         new = [e for e in sorted(events) if e[0] >= self.start_ms() and e[3] not in self.seen]
         for ts, _o, _e, event_id in new:
             self.seen[event_id] = ts
-            self.t = max(self.t, ts)
+            if covered:
+                self.t = max(self.t, ts)
+        if read_ms is not None:
+            self.r = read_ms if self.r is None else max(self.r, read_ms)
+            if covered:
+                self.t = max(self.t, read_ms)
         horizon = self.start_ms()
         self.seen = {i: ts for i, ts in self.seen.items() if ts >= horizon}
-        return [e[2] for e in new], {"t": self.t, "seen": sorted([ts, i] for i, ts in self.seen.items())}
+        cursor: dict[str, Any] = {"t": self.t, "seen": sorted([ts, i] for i, ts in self.seen.items())}
+        if self.r is not None:
+            cursor["r"] = self.r
+        return [e[2] for e in new], cursor
 
 
 class LocalStatusSource:
@@ -225,11 +288,17 @@ class LocalStatusSource:
         return None
 
     async def changed_since(self, kind: str, since: float | None) -> dict[str, dict]:
+        return (await self.changes(kind, since))[0]
+
+    async def changes(self, kind: str, since: float | None) -> tuple[dict[str, dict], float | None]:
+        """(the jobs of ``kind`` modified at or after ``since``, the time the state files were read): the
+        local backend's jobs share this machine's clock."""
         self.calls["list"] = self.calls.get("list", 0) + 1
+        read_at = time.time()
         jobs = await asyncio.to_thread(self.backend.list_jobs, kind)
         name_key = kind_info(kind).name_key
         return {j[name_key]: j for j in jobs
-                if since is None or (j["LastModifiedTime"] and j["LastModifiedTime"].timestamp() >= since)}
+                if since is None or (j["LastModifiedTime"] and j["LastModifiedTime"].timestamp() >= since)}, read_at
 
     async def describe(self, kind: str, name: str) -> dict[str, Any]:
         self.calls["describe"] = self.calls.get("describe", 0) + 1
@@ -255,7 +324,12 @@ class LocalStatusSource:
 
 class CoalescedPoller:
     """Watches many jobs of one kind with one List call per interval; a Describe only for a job whose
-    trigger did not say what status it started from."""
+    trigger did not say what status it started from.
+
+    A round's work follows what changed, not how many jobs are watched: each List asks only for the jobs
+    modified since the previous List (on the service's clock, less :data:`LIST_SETTLE_SECONDS`), and looks
+    further back (the trigger's ``as_of`` less :data:`LIST_OVERLAP_SECONDS`) only in the first round of a job
+    that was just watched."""
 
     def __init__(self, source, kind: str, interval: float) -> None:
         self.source = source
@@ -263,16 +337,24 @@ class CoalescedPoller:
         self.interval = interval
         self.watchers: dict[str, list[asyncio.Queue]] = {}
         self.known: dict[str, tuple] = {}
+        #: jobs no List has covered yet: the time (this machine's clock) their status was seen
         self.as_of: dict[str, float] = {}
+        #: jobs watched without a status: described once, in the next round
+        self.unknown: set[str] = set()
+        #: every change the service made before this time (its clock, epoch) has been read
+        self.cursor: float | None = None
         self.task: asyncio.Task | None = None
 
     def watch(self, name: str, status: str | None = None, as_of: float | None = None) -> asyncio.Queue:
         """Watch job ``name``; ``status`` as seen at time ``as_of`` (epoch), if known, saves its first Describe."""
         queue: asyncio.Queue = asyncio.Queue()
         self.watchers.setdefault(name, []).append(queue)
-        if status is not None and as_of is not None and name not in self.known:
-            self.known[name] = (status, None)
-            self.as_of[name] = as_of
+        if name not in self.known:
+            if status is not None and as_of is not None:
+                self.known[name] = (status, None)
+                self.as_of[name] = as_of
+            else:
+                self.unknown.add(name)
         if self.task is None or self.task.done():
             self.source.acquire()
             self.task = asyncio.get_running_loop().create_task(self._run())
@@ -286,6 +368,7 @@ class CoalescedPoller:
             self.watchers.pop(name, None)
             self.known.pop(name, None)
             self.as_of.pop(name, None)
+            self.unknown.discard(name)
 
     def _send(self, name: str, item: Any) -> None:
         for q in self.watchers.get(name, []):
@@ -297,19 +380,28 @@ class CoalescedPoller:
         except Exception as exc:  # noqa: BLE001 - the waiting trigger decides what an error means
             self._send(name, exc)
             return
+        self.unknown.discard(name)
+        if name not in self.watchers:
+            return
         self.known[name] = (kind_info(self.kind).status(description), description.get("SecondaryStatus"))
         self.as_of[name] = time.time()
         self._send(name, description)
 
+    def _since(self) -> float | None:
+        """Where this round's List starts: the cursor, or further back for jobs no List has covered yet."""
+        if not self.as_of:
+            return self.cursor
+        first_sight = min(self.as_of.values()) - LIST_OVERLAP_SECONDS
+        return first_sight if self.cursor is None else min(self.cursor, first_sight)
+
     async def poll_once(self) -> None:
-        started = time.time()
-        for name in [n for n in list(self.watchers) if n not in self.known]:  # no status from the trigger
+        for name in list(self.unknown):  # no status from the trigger
             await self._describe(name)
-        pending = [self.as_of[n] for n in self.watchers if n in self.as_of and n in self.known]
-        if not pending:
-            return
-        since = min(pending)
-        changed = await self.source.changed_since(self.kind, since - LIST_OVERLAP_SECONDS)
+        if not self.known:
+            return  # nothing watched with a status yet
+        started = time.time()
+        covered = list(self.as_of)
+        changed, server_time = await self.source.changes(self.kind, self._since())
         status_key = kind_info(self.kind).status_key
         for name, summary in changed.items():
             if name not in self.watchers:
@@ -319,9 +411,11 @@ class CoalescedPoller:
             if old is None or seen[0] != old[0] or (seen[1] is not None and seen[1] != old[1]):
                 self.known[name] = seen
                 self._send(name, summary)
-        for name in self.watchers:
-            if name in self.as_of:
-                self.as_of[name] = max(self.as_of[name], started)
+        for name in covered:
+            self.as_of.pop(name, None)
+        # without the service's clock, this machine's, less the skew allowance (as for a first sight)
+        now = server_time - LIST_SETTLE_SECONDS if server_time is not None else started - LIST_OVERLAP_SECONDS
+        self.cursor = now if self.cursor is None else max(self.cursor, now)
 
     async def _run(self) -> None:
         try:

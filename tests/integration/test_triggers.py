@@ -317,3 +317,139 @@ def test_coalesced_log_lines_go_to_the_log_of_the_trigger_that_watches_the_job()
     assert {trigger_id for trigger_id, _ in seen["job-a"]} == {1}
     assert {trigger_id for trigger_id, _ in seen["job-b"]} == {2}
     assert seen["job-b"][0][1] == ["line of job-b"]
+
+
+class _CountingSource(SageMakerStatusSource):
+    """The SageMaker source, keeping how many summaries each List round returned (its real calls unchanged)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.rounds: list[int] = []
+
+    async def changes(self, kind, since):
+        out, server_time = await super().changes(kind, since)
+        self.rounds.append(len(out))
+        return out, server_time
+
+
+def test_quiet_rounds_read_nothing_and_a_job_changing_twice_between_rounds_reaches_its_last_status(
+        moto_server, monkeypatch):
+    """A round's List asks for what changed since the previous List (the service's clock), not for every job
+    modified within a fixed look-back: once the jobs are quiet, a round returns no summary at all, whatever the
+    number of jobs watched; a job that changes twice between two rounds is reported with its last status."""
+    from moto_server import set_training_job_status
+
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+    from airflow_smdist.triggers import base
+
+    monkeypatch.setattr(base, "LIST_SETTLE_SECONDS", 0.5)
+    backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
+    names = [f"quiet-{uuid.uuid4().hex[:8]}-{i}" for i in range(30)]
+    for n in names:
+        backend.submit("training", request(n))
+        set_training_job_status(n, "InProgress")
+    seen_at = time.time()
+
+    async def scenario():
+        source = _CountingSource("aws_default", "us-east-1")
+        poller = CoalescedPoller(source, "training", interval=0.2)
+        queues = {n: poller.watch(n, "InProgress", seen_at) for n in names}
+        await asyncio.sleep(3.0)  # first sight, then quiet rounds (the Date header has 1 s resolution)
+        quiet_rounds = list(source.rounds[-3:])
+        before_change = len(source.rounds)
+        sizes = {n: q.qsize() for n, q in queues.items()}  # (the first round may report a secondary status)
+        set_training_job_status(names[0], "Stopping")
+        set_training_job_status(names[0], "Stopped")  # twice, between two rounds
+        item = await asyncio.wait_for(queues[names[0]].get(), 10)
+        while item["TrainingJobStatus"] != "Stopped":  # a round may fall between the two changes
+            assert item["TrainingJobStatus"] in ("InProgress", "Stopping"), item
+            item = await asyncio.wait_for(queues[names[0]].get(), 10)
+        await asyncio.sleep(0.5)
+        after_change = source.rounds[before_change:]
+        for n, q in queues.items():
+            poller.unwatch(n, q)
+        await asyncio.sleep(0.3)
+        return source.rounds, quiet_rounds, after_change, item, {n: q.qsize() - sizes[n] for n, q in queues.items()}
+
+    rounds, quiet_rounds, after_change, item, reported = asyncio.run(scenario())
+    assert rounds[0] >= len(names)  # the first round reads every job's change since its status was seen
+    assert quiet_rounds == [0, 0, 0], rounds  # quiet: nothing read, not the 30 jobs again
+    assert max(after_change) <= 2 and sum(after_change) >= 1, after_change  # what changed, not all jobs
+    assert item["TrainingJobStatus"] == "Stopped"
+    assert all(count == 0 for n, count in reported.items() if n != names[0])  # no other job was reported
+
+
+def test_the_list_cursor_follows_the_services_clock_not_the_triggerers(moto_server, monkeypatch):
+    """The triggerer's clock runs 10 minutes ahead of the service's: a change made long after the first round
+    is still seen (the List asks for changes since the previous List's time as the service told it)."""
+    from moto_server import set_training_job_status
+
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+    from airflow_smdist.triggers import base
+
+    backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
+    name = f"skew-{uuid.uuid4().hex[:8]}"
+    backend.submit("training", request(name))
+    set_training_job_status(name, "InProgress")
+    seen_at = time.time()  # the operator's Describe, on a worker whose clock is right
+    real = time.time
+    monkeypatch.setattr(base, "time", SimpleNamespace(time=lambda: real() + 600))
+
+    async def scenario():
+        source = SageMakerStatusSource("aws_default", "us-east-1")
+        poller = CoalescedPoller(source, "training", interval=0.2)
+        queue = poller.watch(name, "InProgress", seen_at)
+        await asyncio.sleep(1.5)  # several rounds
+        set_training_job_status(name, "Completed")
+        item = await asyncio.wait_for(queue.get(), 10)
+        while item["TrainingJobStatus"] != "Completed":
+            item = await asyncio.wait_for(queue.get(), 10)
+        poller.unwatch(name, queue)
+        await asyncio.sleep(0.3)
+        return item
+
+    assert asyncio.run(scenario())["TrainingJobStatus"] == "Completed"
+
+
+def test_a_line_cloudwatch_ingests_late_is_logged_once_by_the_next_sweep(moto_server, tmp_path, monkeypatch):
+    """Rounds re-read only the last LOG_SETTLE_SECONDS before the previous read; a line stamped earlier that
+    arrives later than that (but within LOG_LAG_SECONDS) is found by the next sweep of the lag window, and
+    logged once, as every other line."""
+    from moto_server import seed_log_stream, set_training_job_status
+
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+    from airflow_smdist.triggers import base
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
+    monkeypatch.setattr(base, "LOG_LAG_SECONDS", 5.0)
+    monkeypatch.setattr(base, "LOG_SETTLE_SECONDS", 0.5)
+    name = f"late-{uuid.uuid4().hex[:8]}"
+    SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1").submit("training", request(name))
+    group, stream = "/aws/sagemaker/TrainingJobs", f"{name}/algo-1-1700000000"
+    now_ms = int(time.time() * 1000)
+    seed_log_stream(moto_server, group, stream, [(now_ms + i, f"line {i}") for i in range(3)])
+    trigger = _moto_trigger(name, time.time() - 5, 0.2)
+    shown: list[str] = []
+    _capture(trigger, shown)
+
+    async def scenario():
+        task = asyncio.ensure_future(trigger.run().__anext__())
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if sum(m.startswith("[algo-1] line") for m in shown) == 3:
+                break
+        await asyncio.sleep(1.5)  # rounds now read from the last read less LOG_SETTLE_SECONDS
+        late = int(time.time() * 1000) - 3500  # stamped 3.5 s ago (a round reads < 3 s back), arriving now
+        seed_log_stream(moto_server, group, stream, [(late, "late line")])
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if "[algo-1] late line" in shown:
+                break
+        seed_log_stream(moto_server, group, stream, [(int(time.time() * 1000), "last line")])
+        set_training_job_status(name, "Completed")
+        return await asyncio.wait_for(task, 30)
+
+    event = asyncio.run(scenario())
+    assert event.payload["status"] == "success"
+    assert [m for m in shown if m.startswith("[algo-1]")] == [
+        "[algo-1] line 0", "[algo-1] line 1", "[algo-1] line 2", "[algo-1] late line", "[algo-1] last line"]
