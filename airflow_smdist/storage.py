@@ -24,6 +24,13 @@ class StoredObject:
     uri: str
     key: str  # bucket key (s3) or absolute path (file)
     size: int
+    #: what changes when the object does: its ETag (s3), or its size and mtime in nanoseconds (file)
+    version: str = ""
+
+
+def _file_object(path: str) -> StoredObject:
+    st = os.stat(path)
+    return StoredObject("file://" + path, path, st.st_size, f"{st.st_size}:{st.st_mtime_ns}")
 
 
 def parse_uri(uri: str, field: str = "uri") -> tuple[str, str, str]:
@@ -108,7 +115,8 @@ class Storage:
                 for obj in page.get("Contents", []):
                     if obj["Key"].endswith("/") and obj["Size"] == 0:
                         continue  # "folder" placeholder objects
-                    out.append(StoredObject(f"s3://{bucket}/{obj['Key']}", obj["Key"], obj["Size"]))
+                    out.append(StoredObject(f"s3://{bucket}/{obj['Key']}", obj["Key"], obj["Size"],
+                                            str(obj.get("ETag", "")).strip('"')))
             return sorted(out, key=lambda o: o.key)
         # file:// follows S3's string-prefix semantics too, so a DAG sees the same objects on both
         # backends (file:///data/train also matches /data/train2/...); only matching entries are walked
@@ -127,14 +135,24 @@ class Storage:
                 continue
             if os.path.isfile(top):
                 if not entry.endswith(PARTIAL):
-                    out.append(StoredObject("file://" + top, top, os.path.getsize(top)))
+                    out.append(_file_object(top))
                 continue
             for dirpath, _dirs, files in os.walk(top):  # (does not descend into linked directories)
                 for f in files:
                     full = os.path.join(dirpath, f)
                     if not os.path.islink(full) and not f.endswith(PARTIAL):
-                        out.append(StoredObject("file://" + full, full, os.path.getsize(full)))
+                        out.append(_file_object(full))
         return sorted(out, key=lambda o: o.key)
+
+    def version(self, uri: str) -> str | None:
+        """The object's version (see :class:`StoredObject`), or None when it cannot be read."""
+        scheme, bucket, key = parse_uri(uri)
+        try:
+            if scheme == "file":
+                return _file_object(key).version
+            return str(self.s3.head_object(Bucket=bucket, Key=key).get("ETag", "")).strip('"') or None
+        except Exception:  # noqa: BLE001 - a version is a hint; without one, nothing is compared
+            return None
 
     def exists(self, uri: str) -> bool:
         scheme, bucket, key = parse_uri(uri)

@@ -15,8 +15,9 @@
 
 Whatever the way, the outputs are ``<output_uri>/<key below input_uri>.out`` (byte-identical across ways:
 the local backend and the processing runner run one engine). Before a job, a completeness check lists
-every input object; only objects without a complete output (missing, or a record count that does not
-match where records are countable) are processed, through a ManifestFile naming just them, so a re-run
+every input object; only objects without a complete, current output (missing, a record count that does not
+match where records are countable, or stale: made by another model or from an input that changed since, as
+the last manifest records) are processed, through a ManifestFile naming just them, so a re-run
 processes only what is missing. After it, the check runs again: the task fails naming every object still
 incomplete, and ``<output_uri>/_smdist/manifest.json`` maps inputs to outputs (returned via XCom, with the
 jobs that ran).
@@ -87,14 +88,17 @@ def list_inputs(storage, input_uri: str, output_uri: str, s3_data_type: str = "S
     if s3_data_type == "ManifestFile":
         entries = json.loads(storage.read_bytes(input_uri))
         prefix, _rels = sharding.parse_input_manifest(entries)
-        sizes = {o.uri: o.size for o in storage.list(prefix)}
-        return sharding.objects_of_manifest(entries, output_uri, sizes)
+        listing = storage.list(prefix)
+        return sharding.objects_of_manifest(entries, output_uri, {o.uri: o.size for o in listing},
+                                            {o.uri: o.version for o in listing})
     return sharding.input_objects(input_uri, storage.list(input_uri), output_uri)
 
 
-def completeness(storage, objects, output_uri: str, settings: dict, check_records: bool | None = None):
+def completeness(storage, objects, output_uri: str, settings: dict, check_records: bool | None = None, *,
+                 provenance: dict | None = None, model: str | None = None):
     """The completeness check of ``objects`` against what is under ``output_uri`` (record counts where
-    countable, or as ``check_records`` says)."""
+    countable, or as ``check_records`` says; outputs of another model or of a changed input are stale, from
+    ``provenance``: see :func:`read_provenance`)."""
     from airflow_smdist.specs import sharding
 
     count = check_records
@@ -105,7 +109,26 @@ def completeness(storage, objects, output_uri: str, settings: dict, check_record
     listing = storage.list(output_uri) if objects else []
     return sharding.check_completeness(list(objects), listing, count=count, read=storage.read_bytes,
                                        compression=settings.get("compression") or "None",
-                                       split_type=settings.get("split_type") or "None")
+                                       split_type=settings.get("split_type") or "None",
+                                       provenance=provenance, model=model)
+
+
+def read_provenance(storage, output_uri: str) -> dict[str, dict[str, str]]:
+    """What the last manifest under ``output_uri`` recorded of each output: the model that made it and the
+    version of the input it was made from ({} without a readable manifest)."""
+    from airflow_smdist.specs import sharding
+
+    try:
+        return sharding.provenance_of(json.loads(storage.read_bytes(sharding.manifest_uri(output_uri))))
+    except Exception:  # noqa: BLE001 - no (readable) manifest: no record, every present output counts
+        return {}
+
+
+def made_now(objects, processed, model: str | None) -> dict[str, dict[str, str]]:
+    """The provenance of the outputs of ``processed`` (input URIs): ``model``, from the inputs as listed."""
+    done = set(processed)
+    return {o.uri: {k: v for k, v in (("model", model), ("made_from", o.version)) if v}
+            for o in objects if o.uri in done}
 
 
 def write_manifest(storage, report, *, input_uri: str, output_uri: str, fan_out: str, jobs: list[dict],
@@ -154,7 +177,8 @@ def plan_shards_step(storage, *, input_uri: str, output_uri: str, shards: int, s
     objects = list_inputs(storage, input_uri, output_uri)
     if not objects:
         raise AirflowException(f"no input objects under {input_uri}")
-    report = completeness(storage, objects, output_uri, settings, check_records)
+    report = completeness(storage, objects, output_uri, settings, check_records,
+                          provenance=read_provenance(storage, output_uri))
     pending = {e.input for e in report.pending}
     todo = [o for o in objects if o.uri in pending]
     if not todo:
@@ -275,6 +299,9 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         self.max_runtime = max_runtime
         self.tags = tags
         self._model: dict | None = None
+        #: the fingerprint of the model this run uses, and what the last manifest recorded of each output
+        self._fingerprint: str | None = None
+        self._previous: dict[str, dict[str, str]] = {}
         if fan_out == "processing":
             self.kind = "processing"
 
@@ -338,14 +365,26 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                            allow_local_uris=backend.name == "local")
         return name, existing, plan
 
-    def check_job_request(self, backend, storage, context: Any, name: str, input_uri: str,
-                          data_type: str) -> tuple[str, dict | None, Any]:
-        """Build and validate the model's and the job's requests before anything is created or uploaded (a
-        bad one would leave an orphan model); the model's plan, for :meth:`ensure_model`."""
-        planned = self.plan_model(backend, context)
+    def check_job_request(self, backend, storage, name: str, input_uri: str, data_type: str,
+                          planned: tuple[str, dict | None, Any]) -> None:
+        """Build and validate the job's request before anything is created or uploaded (a bad one would
+        leave an orphan model)."""
         _, existing, plan = planned
         model = existing if plan is None else plan.request
         self.make_request(backend, storage, name, input_uri, data_type, model=model, upload=False)
+
+    def know_outputs(self, backend, storage, context: Any) -> tuple[str, dict | None, Any]:
+        """Plan the model (nothing created) and learn what the outputs were made by: the fingerprint of the
+        model this run uses (its artifact and the artifact's version, image, environment) and the last
+        manifest's record of each output. Returns the model's plan."""
+        from airflow_smdist.specs import sharding
+
+        planned = self.plan_model(backend, context)
+        _, existing, plan = planned
+        container = (existing or (plan.request if plan is not None else {})).get("PrimaryContainer") or {}
+        url = container.get("ModelDataUrl")
+        self._fingerprint = sharding.model_fingerprint(container, storage.version(url) if url else None)
+        self._previous = read_provenance(storage, self.output_uri)
         return planned
 
     def ensure_model(self, backend, context: Any, planned: tuple[str, dict | None, Any] | None = None) -> dict:
@@ -457,6 +496,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         objects = self._objects(storage)
         if not objects:
             raise AirflowException(f"no input objects under {self.input_uri}")
+        planned = self.know_outputs(backend, storage, context)
         name, action = self.pick_job(backend, self.base_job_name(context))
         jobs, processed = [], []
         if action == "reattach-running":
@@ -465,14 +505,10 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             jobs.append(self._finish(backend, name, context, objects=len(processed)))
             jobs[-1]["_objects"] = processed
         else:
-            before = completeness(storage, objects, self.output_uri, self.settings(), self.check_records)
-            pending_uris = {e.input for e in before.pending}
-            pending = [o for o in objects if o.uri in pending_uris]
-            if not pending:
-                self.log.info("All %d object(s) already have complete outputs: no job to run.", len(objects))
-            else:
-                planned = self.check_job_request(backend, storage, context, name, manifest or self.input_uri,
-                                                 "ManifestFile" if manifest else self.s3_data_type)
+            pending = self._pending(storage, objects)
+            if pending:
+                self.check_job_request(backend, storage, name, manifest or self.input_uri,
+                                       "ManifestFile" if manifest else self.s3_data_type, planned)
                 self._model = self.ensure_model(backend, context, planned)
                 input_uri, data_type = self._input_for(storage, name, objects, pending, manifest)
                 request = self.make_request(backend, storage, name, input_uri, data_type)
@@ -483,6 +519,19 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                 jobs.append(self._finish(backend, name, context, objects=len(pending)))
                 jobs[-1]["_objects"] = processed
         return self._conclude(storage, objects, jobs, processed, write=self.shard is None)
+
+    def _pending(self, storage, objects: list) -> list:
+        """The objects without a complete, current output (missing, short of records, or stale)."""
+        before = completeness(storage, objects, self.output_uri, self.settings(), self.check_records,
+                              provenance=self._previous, model=self._fingerprint)
+        stale = [e for e in before.pending if e.status == "stale"]
+        if stale:
+            self.log.info("%d output(s) are stale and run again, e.g. %s: %s", len(stale), stale[0].output,
+                          stale[0].stale)
+        pending_uris = {e.input for e in before.pending}
+        if not pending_uris:
+            self.log.info("All %d object(s) already have complete outputs: no job to run.", len(objects))
+        return [o for o in objects if o.uri in pending_uris]
 
     def _finish(self, backend, name: str, context: Any, objects: int | None = None) -> dict:
         self.lifecycle.track(name)
@@ -497,6 +546,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         backend = self.get_backend()
         storage = storage_for(backend)
         description = self.describe_after_trigger(event)
+        self.know_outputs(backend, storage, context)
         objects = self._objects(storage)
         processed = self._processed_by(storage, description, objects)
         job = self._job_summary(description, len(processed))
@@ -535,11 +585,15 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         settings = self.settings()
         if not self.wait_for_completion:
             return {"jobs": jobs, "complete": None, "objects": len(objects), "processed": len(processed)}
-        report = completeness(storage, objects, self.output_uri, settings, self.check_records)
-        job_of = {}
+        job_of, ran = {}, []
         for job in jobs:
             for uri in job.pop("_objects", []):
                 job_of[uri] = job["job_name"]
+                if job["status"] == "Completed":
+                    ran.append(uri)
+        made = made_now(objects, ran, self._fingerprint)  # what this run's completed jobs made
+        report = completeness(storage, objects, self.output_uri, settings, self.check_records,
+                              provenance={**self._previous, **made}, model=self._fingerprint)
         for e in report.entries:
             e.job = job_of.get(e.input)
         if write:
@@ -554,6 +608,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             summary = sharding.manifest_summary(manifest, None)
             summary["shard"] = (self.shard or {}).get("index")
             summary["processed_inputs"] = sorted(processed)
+            summary["provenance"] = made  # for the merge step's manifest
         failed = [f"{j['kind']} job {j['job_name']} ended {j['status']}: {j.get('failure_reason')}"
                   for j in jobs if j["status"] != "Completed"]
         error = outcome_error(report, summary, failed, "\n".join(self._last_lines[-10:]))
@@ -573,6 +628,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         objects = list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
         if not objects:
             raise AirflowException(f"no input objects under {self.input_uri}")
+        model_plan = self.know_outputs(backend, storage, context)
         base = self.base_job_name(context)
         plan, base_g = None, None
         for generation in range(1, MAX_GENERATIONS + 1):
@@ -588,16 +644,13 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                 break
         else:
             raise AirflowException(f"{MAX_GENERATIONS} generations of {base} ran; give a new job_name.")
-        model_plan = self.check_job_request(backend, storage, context, f"{base_g}-s0",
-                                         sharding.work_uri(self.output_uri, "plans", base_g, "shard-0000.json"),
-                                         "ManifestFile")
+        self.check_job_request(backend, storage, f"{base_g}-s0",
+                               sharding.work_uri(self.output_uri, "plans", base_g, "shard-0000.json"), "ManifestFile",
+                               model_plan)
         processed: list[str] = []
         if plan is None:
-            before = completeness(storage, objects, self.output_uri, self.settings(), self.check_records)
-            pending_uris = {e.input for e in before.pending}
-            todo = [o for o in objects if o.uri in pending_uris]
+            todo = self._pending(storage, objects)
             if not todo:
-                self.log.info("All %d object(s) already have complete outputs: no job to run.", len(objects))
                 return self._conclude(storage, objects, [], [])
             by_uri = {o.uri: o for o in todo}
             planned = sharding.plan_shards([o.as_stored() for o in todo], as_int(self.shards, "shards"))
@@ -772,11 +825,14 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         storage = self.storage()
         objects = list_inputs(storage, self.input_uri, self.output_uri)
-        report = completeness(storage, objects, self.output_uri, self.settings(), self.check_records)
+        provenance = read_provenance(storage, self.output_uri)
         jobs, processed = [], []
         for result in [r for r in _materialize(self.shard_results) if r]:
             jobs += result.get("jobs") or []
             processed += result.get("processed_inputs") or []
+            provenance.update(result.get("provenance") or {})
+        report = completeness(storage, objects, self.output_uri, self.settings(), self.check_records,
+                              provenance=provenance)
         summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
                                  fan_out=self.fan_out, jobs=jobs, settings=self.settings(),
                                  processed=processed)

@@ -8,7 +8,9 @@ for record counts, a ``read`` callable (``Storage.read_bytes``); the operator do
 * :func:`output_uri` is batch transform's naming, ``S3OutputPath/<key below the input prefix>.out``
   (docs/contracts.md §4.3); the processing fan-out writes the same names.
 * :func:`check_completeness` requires every input object's output, with the record count matched where the
-  split type makes records countable; what fails is *pending*, and a re-run processes only that.
+  split type makes records countable, made by the current model from the input as it is now (the manifest
+  records, per output, the model's fingerprint and the input's version: ETag, or size and mtime); what
+  fails is *pending*, and a re-run processes only that. An output without a record counts as current.
 * :func:`input_manifest` is SageMaker's ManifestFile (``[{"prefix": ...}, "rel/key", ...]``), the input of a
   shard job or a re-run; :func:`batch_manifest` the inputs-to-outputs manifest written beside the outputs
   (``<S3OutputPath>/_smdist/manifest.json``) and returned through XCom.
@@ -104,11 +106,13 @@ class InputObject:
     rel: str
     size: int
     output: str
+    #: the object's version when listed (ETag, or size:mtime_ns); "" when unknown
+    version: str = ""
 
     def as_stored(self) -> StoredObject:
         from airflow_smdist.storage import parse_uri
 
-        return StoredObject(self.uri, parse_uri(self.uri)[2], self.size)
+        return StoredObject(self.uri, parse_uri(self.uri)[2], self.size, self.version)
 
 
 def input_objects(prefix_uri: str, listing: Iterable[StoredObject], output_path: str) -> list[InputObject]:
@@ -118,16 +122,17 @@ def input_objects(prefix_uri: str, listing: Iterable[StoredObject], output_path:
         rel = relative_key(prefix_uri, obj)
         if rel.split("/", 1)[0] == WORK_DIR:
             continue
-        out.append(InputObject(obj.uri, rel, obj.size, output_uri(output_path, rel)))
+        out.append(InputObject(obj.uri, rel, obj.size, output_uri(output_path, rel), obj.version))
     return out
 
 
-def objects_of_manifest(entries: list[Any], output_path: str, sizes: dict[str, int] | None = None) -> list[InputObject]:
-    """A ManifestFile's entries as InputObjects (``sizes`` by URI, where known)."""
+def objects_of_manifest(entries: list[Any], output_path: str, sizes: dict[str, int] | None = None,
+                        versions: dict[str, str] | None = None) -> list[InputObject]:
+    """A ManifestFile's entries as InputObjects (``sizes`` and ``versions`` by URI, where known)."""
     prefix, rels = parse_input_manifest(entries)
     base = prefix if prefix.endswith("/") else prefix + "/"
-    return [InputObject(base + rel, rel, (sizes or {}).get(base + rel, 0), output_uri(output_path, rel))
-            for rel in rels]
+    return [InputObject(base + rel, rel, (sizes or {}).get(base + rel, 0), output_uri(output_path, rel),
+                        (versions or {}).get(base + rel, "")) for rel in rels]
 
 
 # -- ManifestFile inputs -------------------------------------------------------------------------------------
@@ -184,11 +189,16 @@ class Entry:
     rel: str
     output: str
     input_bytes: int
-    status: str = "missing"  # ok | missing | count_mismatch
+    status: str = "missing"  # ok | missing | count_mismatch | stale
     input_records: int | None = None
     output_records: int | None = None
     output_bytes: int | None = None
     job: str | None = None
+    #: provenance of the output: the fingerprint of the model that made it, the input version it was made from
+    model: str | None = None
+    made_from: str | None = None
+    #: why a present output is stale (another model, a changed input)
+    stale: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -224,24 +234,63 @@ class CompletenessReport:
         for e in bad[:limit]:
             if e.status == "missing":
                 lines.append(f"{e.input}: no output {e.output}")
+            elif e.status == "stale":
+                lines.append(f"{e.input}: its output {e.output} is stale ({e.stale})")
             else:
                 lines.append(f"{e.input}: {e.input_records} record(s) in, {e.output_records} line(s) in {e.output}")
         more = f"\n... and {len(bad) - limit} more" if len(bad) > limit else ""
         return f"{len(bad)} of {len(self.entries)} object(s) incomplete:\n" + "\n".join(lines) + more
 
 
+def model_fingerprint(container: dict[str, Any], artifact_version: str | None = None) -> str:
+    """A short hash of what makes a model's predictions: its artifact (URI and version), image and
+    environment (a PrimaryContainer of CreateModel or DescribeModel)."""
+    what = {"ModelDataUrl": container.get("ModelDataUrl"), "Image": container.get("Image"),
+            "Environment": container.get("Environment") or {}, "ArtifactVersion": artifact_version}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def provenance_of(manifest: Any) -> dict[str, dict[str, str]]:
+    """Input URI -> {"model", "made_from"} of each output a manifest recorded ({} for none or a foreign one)."""
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        return {}
+    out = {}
+    for e in manifest.get("entries") or []:
+        if isinstance(e, dict) and isinstance(e.get("input"), str) and (e.get("model") or e.get("made_from")):
+            out[e["input"]] = {k: e[k] for k in ("model", "made_from") if e.get(k)}
+    return out
+
+
+def staleness(made: dict[str, str], model: str | None, version: str) -> str | None:
+    """Why an output made as ``made`` records is stale for ``model`` and the input's current ``version``."""
+    if made.get("model") and model and made["model"] != model:
+        return f"made by another model ({made['model']}, now {model})"
+    if made.get("made_from") and version and made["made_from"] != version:
+        return f"its input changed since (was {made['made_from']}, now {version})"
+    return None
+
+
 def check_completeness(objects: list[InputObject], outputs: Iterable[StoredObject], *,
                        count: bool = False, read: Callable[[str], bytes] | None = None,
-                       compression: str = "None", split_type: str = "Line", workers: int = 8) -> CompletenessReport:
+                       compression: str = "None", split_type: str = "Line", workers: int = 8,
+                       provenance: dict[str, dict[str, str]] | None = None,
+                       model: str | None = None) -> CompletenessReport:
     """Every input object needs its output (listed in ``outputs``). With ``count`` (see
     :func:`records_countable`), the output's non-blank lines must equal the input's records (``read`` fetches
-    both); a mismatch is pending like a missing output."""
+    both); a mismatch is pending like a missing output. With ``provenance`` (input URI -> {"model",
+    "made_from"}), an output made by a model other than ``model`` or from an earlier version of its input is
+    stale: pending too."""
     present = {o.uri: o for o in outputs}
     entries = [Entry(o.uri, o.rel, o.output, o.size) for o in objects]
-    for e in entries:
+    for e, obj in zip(entries, objects):
+        made = (provenance or {}).get(e.input, {})
+        e.model, e.made_from = made.get("model"), made.get("made_from")
         out = present.get(e.output)
         if out is not None:
             e.status, e.output_bytes = "ok", out.size
+            e.stale = staleness(made, model, obj.version)
+            if e.stale:
+                e.status = "stale"
     if count:
         if read is None:
             raise ValueError("count=True needs read")
@@ -305,6 +354,7 @@ def dumps(document: Any) -> bytes:
 __all__ = [
     "CompletenessReport", "Entry", "InputObject", "Shard", "balance", "batch_manifest", "check_completeness",
     "check_prefixes", "count_output_lines", "digest", "input_manifest", "input_objects", "manifest_summary",
+    "model_fingerprint", "provenance_of", "staleness",
     "manifest_uri", "objects_of_manifest", "output_uri", "parse_input_manifest", "plan_shards",
     "records_countable", "work_uri",
 ]

@@ -709,3 +709,33 @@ def test_a_manifest_that_cannot_be_written_fails_a_complete_run_naming_it(scorin
                                                  accept="text/csv", split_type="Line", max_payload_mb=1)
     with pytest.raises(AirflowException, match="The manifest .* could not be written: IsADirectoryError"):
         merge.execute(context(f"run-{uuid.uuid4().hex}", "merge"))
+
+
+@pytest.mark.parametrize("fan_out", ["transform", "processing", "jobs"])
+def test_outputs_of_a_changed_input_or_another_model_are_stale_and_run_again(scoring, backend, fan_out):
+    tmp_path = scoring
+    run = f"run-{uuid.uuid4().hex}"
+    out = tmp_path / "out"
+    first = op(tmp_path, fan_out, "out").execute(context(run, f"score_{fan_out}"))
+    assert first["complete"] and first["processed"] == 7
+    manifest = json.loads((out / "_smdist" / "manifest.json").read_text())
+    assert all(e["model"] and e["made_from"] for e in manifest["entries"])  # provenance of every output
+
+    # one input changes (same number of records): only its output is stale, and only it runs again
+    changed = sorted((tmp_path / "in").glob("part-*.csv"))[2]
+    rows = changed.read_text().splitlines()
+    changed.write_text("\n".join(["0.25,0.5,0.75"] * len(rows)) + "\n")
+    again = op(tmp_path, fan_out, "out").execute(context(run, f"score_{fan_out}"))
+    assert again["complete"] and again["processed"] == 1
+    rel = str(changed.relative_to(tmp_path / "in")) + ".out"
+    assert np.allclose(np.loadtxt(out / rel), expected(changed))
+
+    # the model's artifact is replaced (same URI, same model name): every output is stale
+    model_archive(tmp_path / "model.tar.gz", w=[1.0, 1.0, 1.0])
+    third = op(tmp_path, fan_out, "out").execute(context(run, f"score_{fan_out}"))
+    assert third["complete"] and third["processed"] == 7
+    for path in (tmp_path / "in").rglob("*.csv"):
+        got = np.loadtxt(out / (str(path.relative_to(tmp_path / "in")) + ".out"))
+        assert np.allclose(got, np.atleast_2d(np.loadtxt(path, delimiter=",")).sum(axis=1)), path
+    # and nothing changed since: nothing runs
+    assert op(tmp_path, fan_out, "out").execute(context(run, f"score_{fan_out}"))["processed"] == 0
