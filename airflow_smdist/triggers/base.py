@@ -108,6 +108,8 @@ class SageMakerStatusSource:
         self._clients: dict[str, Any] = {}
         self._cms: dict[str, Any] = {}
         self._users = 0
+        #: (kind, job) -> (the cursor read_logs returned last, its parsed form): not parsed again every round
+        self._log_cursors: dict[tuple[str, str], tuple[Any, _LogCursor]] = {}
 
     async def _conn(self, service: str = "sagemaker"):
         if service not in self._clients:
@@ -180,7 +182,7 @@ class SageMakerStatusSource:
         """New lines of every job in ``cursors`` with one paged FilterLogEvents call for all of them."""
         from airflow_smdist.backends.sagemaker import host_of_stream
 
-        state = {name: _LogCursor.load(c) for name, c in cursors.items()}
+        state = {name: self._log_cursor(kind, name, c) for name, c in cursors.items()}
         start = min(c.read_from() for c in state.values())
         kwargs: dict[str, Any] = {"logGroupName": kind_info(kind).log_group, "startTime": start}
         prefix = common_prefix(list(cursors))
@@ -220,7 +222,16 @@ class SageMakerStatusSource:
         # a quiet job's cursor moves on with the service's clock (less a second: the Date header's resolution),
         # so it does not hold every later round's start back at its last line
         read_ms = None if server_time is None else int(server_time * 1000) - 1000
-        return {name: state[name].take(found[name], start, read_ms) for name in cursors}
+        out = {name: state[name].take(found[name], start, read_ms) for name in cursors}
+        others = {k: v for k, v in self._log_cursors.items() if k[0] != kind}
+        self._log_cursors = others | {(kind, name): (out[name][1], state[name]) for name in cursors}
+        return out
+
+    def _log_cursor(self, kind: str, name: str, cursor: Any) -> _LogCursor:
+        cached = self._log_cursors.get((kind, name))
+        if cached is not None and cached[0] is cursor:
+            return cached[1]
+        return _LogCursor.load(cursor)
 
 
 class _LogCursor:
@@ -260,7 +271,7 @@ class _LogCursor:
         """The new lines among ``events``, read from ``start`` on (default: a sweep), at the service's time
         ``read_ms``; and the cursor after them."""
         covered = start is None or start <= self.start_ms()  # a sweep of this job's lag window
-        new = [e for e in sorted(events) if e[0] >= self.start_ms() and e[3] not in self.seen]
+        new = [e for e in sorted(events) if e[0] >= self.start_ms() and e[3] not in self.seen] if events else []
         for ts, _o, _e, event_id in new:
             self.seen[event_id] = ts
             if covered:
@@ -480,6 +491,8 @@ class CoalescedLogPoller:
             if w is None:
                 continue
             w["cursor"] = cursor
+            if not events:  # nothing to log, nothing to save: a quiet job costs no call into its trigger
+                continue
             try:
                 w["context"].run(w["sink"], events, cursor)
             except Exception:  # noqa: BLE001,S110 - one trigger's logging must not stop the others' lines
