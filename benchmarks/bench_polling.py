@@ -10,8 +10,9 @@ for a few poll intervals; then every job completes and the run ends when every t
 * ours: ``SageMakerDistributedTrainingTrigger`` with ``print_logs=True`` (every line of every job to its
   trigger's log), started as the operator starts it (the status it saw before deferring).
 
-Reported per run (after a warm-up in which every trigger made its client and polled once, for ours until its
-second log round started, so the first round's delivery of every job's lines so far is not counted): API calls the server answered per interval once all triggers run (steady state), API
+Reported per run (after a warm-up in which every trigger made its client and polled once; for ours, until
+every job was covered by a List round and its second log round started, so first sight, every job's lines so
+far, is not counted): API calls the server answered per interval once all triggers run (steady state), API
 calls per job lifetime (everything the triggers made from start to their events, over N, plus the one
 Describe of each operator's ``execute_complete``, which both operators make), CPU seconds of the event
 loop's thread per interval (the triggerer's side; moto runs in other threads), and the RSS the triggers
@@ -130,7 +131,13 @@ def child(variant: str, n: int, interval: float, intervals: int) -> dict:
         # the first log round (every job's lines so far, a first sight) is done once the second one starts
 
         def warm() -> bool:
-            return sum(calls.values()) >= n if variant == "amazon" else calls["FilterLogEvents"] >= 2
+            if variant == "amazon":
+                return sum(calls.values()) >= n
+            from airflow_smdist.triggers import base
+
+            status = [p for p in base._POLLERS.values() if isinstance(p, base.CoalescedPoller)]
+            return (calls["FilterLogEvents"] >= 2 and sum(len(p.watchers) for p in status) == n
+                    and not any(p.as_of for p in status if hasattr(p, "cursor")))  # first sight done (List)
 
         while not warm() and time.monotonic() - t0 < 600:  # noqa: ASYNC110 - the counter is bumped by moto's server threads
             await asyncio.sleep(0.2)
