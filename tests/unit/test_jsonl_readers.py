@@ -8,7 +8,8 @@ from airflow_smdist.backends.local import LocalBackend
 
 def _job(tmp_path):
     backend = LocalBackend(tmp_path / "jobs")
-    job_dir = backend.store.create("training", "j1")
+    job_dir = backend.store.job_dir("training", "j1")
+    job_dir.mkdir(parents=True)
     (job_dir / "logs").mkdir()
     (job_dir / "state.json").write_text(json.dumps({"status": "InProgress", "transitions": []}))
     return backend, job_dir
