@@ -87,6 +87,11 @@ except ImportError:  # Airflow 2
     from airflow import DAG
     from airflow.decorators import task
     from airflow.models.param import Param
+    from airflow.providers_manager import ProvidersManager
+
+    # Airflow 2 resolves any provider's @task.<name> (@task.docker as much as @task.smdist) by loading every
+    # provider's info and validating it with jsonschema: Airflow's own cost, not this provider's
+    ProvidersManager().initialize_providers_taskflow_decorator()
 task.python  # the TaskFlow decorator's own modules, as a trivial TaskFlow DAG file loads them
 before = set(sys.modules)
 spec = importlib.util.spec_from_file_location("dagfile", {os.path.join(DAGS, dag_file)!r})
