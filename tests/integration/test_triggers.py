@@ -32,18 +32,25 @@ def request(name: str, sleep: float = 0.0) -> dict:
                             instance_type="ml.m5.xlarge", instance_count=1, inputs={"train": "s3://b/train"})
 
 
-def test_many_waiting_jobs_cost_one_list_per_interval_and_no_describe_on_moto(moto_server):
-    """40 jobs waited on at once, each from the status its operator saw: one List call per interval, status
-    changes from the List summaries, no Describe at all. A job watched without a status is described once."""
+def in_progress_training_jobs(prefix: str, count: int) -> list[str]:
+    """``count`` training jobs created on the moto server and set InProgress; their names."""
     from moto_server import set_training_job_status
 
     from airflow_smdist.backends.sagemaker import SageMakerBackend
 
     backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
-    names = [f"coalesce-{uuid.uuid4().hex[:8]}-{i}" for i in range(40)]
+    names = [f"{prefix}-{uuid.uuid4().hex[:8]}-{i}" for i in range(count)]
     for n in names:
         backend.submit("training", request(n))
         set_training_job_status(n, "InProgress")
+    return names
+
+def test_many_waiting_jobs_cost_one_list_per_interval_and_no_describe_on_moto(moto_server):
+    """40 jobs waited on at once, each from the status its operator saw: one List call per interval, status
+    changes from the List summaries, no Describe at all. A job watched without a status is described once."""
+    from moto_server import set_training_job_status
+
+    names = in_progress_training_jobs("coalesce", 40)
     seen_at = time.time()
 
     async def scenario():
@@ -339,15 +346,10 @@ def test_quiet_rounds_read_nothing_and_a_job_changing_twice_between_rounds_reach
     number of jobs watched; a job that changes twice between two rounds is reported with its last status."""
     from moto_server import set_training_job_status
 
-    from airflow_smdist.backends.sagemaker import SageMakerBackend
     from airflow_smdist.triggers import base
 
     monkeypatch.setattr(base, "LIST_SETTLE_SECONDS", 0.5)
-    backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
-    names = [f"quiet-{uuid.uuid4().hex[:8]}-{i}" for i in range(30)]
-    for n in names:
-        backend.submit("training", request(n))
-        set_training_job_status(n, "InProgress")
+    names = in_progress_training_jobs("quiet", 30)
     seen_at = time.time()
 
     async def scenario():
