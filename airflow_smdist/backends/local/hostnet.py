@@ -320,14 +320,8 @@ class JobNetwork:
         return str(self.subnet.network_address + n)
 
     def create(self) -> None:
-        import psutil
         from pyroute2 import IPRoute
 
-        if not (REGISTRY / self.bridge).exists():
-            REGISTRY.mkdir(parents=True, exist_ok=True)
-            me = psutil.Process()
-            (REGISTRY / self.bridge).write_text(json.dumps({"pid": me.pid, "create_time": me.create_time(),
-                                                            "subnet": str(self.subnet)}))
         with IPRoute() as ipr:
             if ipr.link_lookup(ifname=self.bridge):
                 ipr.link("del", ifname=self.bridge)
@@ -434,7 +428,7 @@ def _orphan_tables() -> list[str]:
 def reclaim() -> list[str]:
     """Delete the bridges whose supervisor is gone (killed with -9, say), and tables of no job; returns the
     bridges' names."""
-    import psutil
+    from airflow_smdist.backends.local.store import owner_alive
 
     for table in _orphan_tables():
         with contextlib.suppress(OSError):
@@ -444,11 +438,8 @@ def reclaim() -> list[str]:
     gone = []
     for entry in REGISTRY.iterdir():
         try:
-            owner = json.loads(entry.read_text())
-            proc = psutil.Process(owner["pid"])
-            alive = (abs(proc.create_time() - owner["create_time"]) < 0.01
-                     and proc.status() != psutil.STATUS_ZOMBIE)
-        except (psutil.NoSuchProcess, ValueError, KeyError, OSError):
+            alive = owner_alive(json.loads(entry.read_text()))
+        except (ValueError, OSError):
             alive = False
         if not alive:
             remove_bridge(entry.name)

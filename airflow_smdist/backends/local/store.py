@@ -96,6 +96,18 @@ def read_jsonl(path: Path, offset: int = 0) -> tuple[list[Any], int]:
     return records, offset + len(complete)
 
 
+def owner_alive(owner: dict) -> bool:
+    """Whether the process recorded as ``{"pid": ..., "create_time": ...}`` (psutil's) still runs: the same
+    process, not a later one given its pid, and not a zombie."""
+    import psutil
+
+    try:
+        proc = psutil.Process(owner["pid"])
+        return abs(proc.create_time() - owner["create_time"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, KeyError, TypeError):
+        return False
+
+
 def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False

@@ -24,7 +24,14 @@ from airflow_smdist.backends.local import contract, hostnet, launcher
 from airflow_smdist.kinds import kind_info
 from airflow_smdist.backends.local.metrics import MetricParser
 from airflow_smdist.backends.local.sampler import UtilizationSampler
-from airflow_smdist.backends.local.store import JobStore, await_placement, locked, read_json, write_json_atomic
+from airflow_smdist.backends.local.store import (
+    JobStore,
+    await_placement,
+    locked,
+    owner_alive,
+    read_json,
+    write_json_atomic,
+)
 from airflow_smdist.storage import Storage, StoredObject, parse_uri
 
 FAILURE_LIMIT = 1024
@@ -103,14 +110,6 @@ def shard(objects: list, rank: int, n_hosts: int) -> list:
 PORTS_FILE = Path(tempfile.gettempdir()) / "smdist-ports.json"
 
 
-def _owner_alive(owner: dict) -> bool:
-    try:
-        proc = psutil.Process(owner["pid"])
-        return abs(proc.create_time() - owner["create_time"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, KeyError, TypeError):
-        return False
-
-
 def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -128,7 +127,7 @@ def free_port(preferred: int) -> int:
     their own network stacks."""
     me = psutil.Process()
     with locked(PORTS_FILE.with_suffix(".lock")):
-        table = {k: v for k, v in (read_json(PORTS_FILE, {}) or {}).items() if _owner_alive(v)}
+        table = {k: v for k, v in (read_json(PORTS_FILE, {}) or {}).items() if owner_alive(v)}
         for port in [preferred, *range(max(preferred, 1024) + 1, 65535)]:
             if str(port) not in table and _bindable(port):
                 table[str(port)] = {"pid": me.pid, "create_time": me.create_time()}
