@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tarfile
 import tempfile
@@ -33,22 +34,40 @@ def pack_source_dir(source: str, dest_tar: str | os.PathLike, include_runtime: b
             for rel in RUNTIME_FILES:
                 tar.add(package_root / rel, arcname=rel)
                 names.append(rel)
-        if src.is_file():
-            tar.add(src, arcname=src.name)
-            return names + [src.name]
-        for dirpath, dirs, files in os.walk(src, followlinks=True):
-            dirs[:] = sorted(d for d in dirs if d not in EXCLUDED)
-            for f in sorted(files):
-                if f.endswith(".pyc"):
-                    continue
-                full = Path(dirpath) / f
-                arc = full.relative_to(src).as_posix()
-                if not full.exists():
-                    raise SpecError("source_dir", f"{arc!r} is a symbolic link to {os.readlink(full)!r}, which does "
-                                    "not exist.", "remove the link or make its target exist.")
-                tar.add(full, arcname=arc)
-                names.append(arc)
+        for full, arc in _members(src):
+            tar.add(full, arcname=arc)
+            names.append(arc)
     return names
+
+
+def _members(src: Path):
+    """(path, name in the archive) of each file of ``src`` (a directory, or one file), in archive order."""
+    if src.is_file():
+        yield src, src.name
+        return
+    for dirpath, dirs, files in os.walk(src, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d not in EXCLUDED)
+        for f in sorted(files):
+            if f.endswith(".pyc"):
+                continue
+            full = Path(dirpath) / f
+            arc = full.relative_to(src).as_posix()
+            if not full.exists():
+                raise SpecError("source_dir", f"{arc!r} is a symbolic link to {os.readlink(full)!r}, which does "
+                                "not exist.", "remove the link or make its target exist.")
+            yield full, arc
+
+
+def source_digest(source: str) -> str:
+    """A hash of what :func:`pack_source_dir` packs from ``source``: the names and contents of its files
+    (not their times), so the same code gives the same digest wherever and whenever it is packed."""
+    src = Path(source)
+    if not src.exists():
+        raise SpecError("source_dir", f"{source!r} does not exist.", "give the directory holding the entry point.")
+    h = hashlib.sha256()
+    for full, arc in _members(src):
+        h.update(arc.encode() + b"\0" + hashlib.sha256(full.read_bytes()).digest())
+    return h.hexdigest()[:16]
 
 
 def upload_source(source: str, entry_point: str | None, uri: str, storage: Storage | None = None,

@@ -26,11 +26,13 @@ class StoredObject:
     size: int
     #: what changes when the object does: its ETag (s3), or its size and mtime in nanoseconds (file)
     version: str = ""
+    #: when it was last written, in seconds since the epoch (S3's LastModified, or the file's mtime); 0 unknown
+    modified: float = 0.0
 
 
 def _file_object(path: str) -> StoredObject:
     st = os.stat(path)
-    return StoredObject("file://" + path, path, st.st_size, f"{st.st_size}:{st.st_mtime_ns}")
+    return StoredObject("file://" + path, path, st.st_size, f"{st.st_size}:{st.st_mtime_ns}", st.st_mtime)
 
 
 def parse_uri(uri: str, field: str = "uri") -> tuple[str, str, str]:
@@ -115,8 +117,10 @@ class Storage:
                 for obj in page.get("Contents", []):
                     if obj["Key"].endswith("/") and obj["Size"] == 0:
                         continue  # "folder" placeholder objects
+                    modified = obj.get("LastModified")
                     out.append(StoredObject(f"s3://{bucket}/{obj['Key']}", obj["Key"], obj["Size"],
-                                            str(obj.get("ETag", "")).strip('"')))
+                                            str(obj.get("ETag", "")).strip('"'),
+                                            modified.timestamp() if modified else 0.0))
             return sorted(out, key=lambda o: o.key)
         # file:// follows S3's string-prefix semantics too, so a DAG sees the same objects on both
         # backends (file:///data/train also matches /data/train2/...); only matching entries are walked

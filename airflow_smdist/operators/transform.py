@@ -31,11 +31,19 @@ or ``model_name`` alone names an existing model.
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from airflow_smdist._compat import AirflowException, BaseOperator
-from airflow_smdist.operators.base import NAME_LIMIT, SmdistJobOperator, isoformat, require_role, stable_job_name
+from airflow_smdist.operators.base import (
+    LOCAL_ROLE,
+    NAME_LIMIT,
+    SmdistJobOperator,
+    isoformat,
+    require_role,
+    stable_job_name,
+)
 from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, SmdistConsoleLink, persist_console_links
 
 FAN_OUTS = ("transform", "processing", "jobs")
@@ -72,6 +80,58 @@ def describe_model(backend, name: str) -> dict | None:
         return None
 
 
+#: the arguments of :class:`SageMakerShardedBatchInferenceOperator` that make its model (the planner and
+#: the merge step of :func:`sharded_batch_inference` take them as ``model=`` to know which model must have
+#: made the outputs)
+MODEL_ARGS = ("model_name", "model_data", "role", "image_uri", "framework", "framework_version", "py_version",
+              "instance_type", "entry_point", "source_dir", "program", "model_environment", "tags")
+
+
+def plan_model(backend, name: str, args: dict[str, Any], *, output_uri: str, region: str | None,
+               existing: bool = True) -> tuple[str, dict | None, Any]:
+    """(name, the existing model's description or None, a CreateModel plan or None) for the model ``args``
+    (:data:`MODEL_ARGS`) describe: built and validated, nothing created. ``existing=False`` skips looking
+    the model up (a name the caller only made up)."""
+    found = describe_model(backend, name) if existing else None
+    if not args.get("model_data"):
+        if found is None:
+            raise AirflowException(f"model {name!r} does not exist on the {backend.name} backend; give "
+                                   "model_data (and image_uri or framework) to create it.")
+        return name, found, None
+    from airflow_smdist.specs import sharding
+    from airflow_smdist.specs.transform import build_model
+
+    plan = build_model(model_name=name, model_data=args["model_data"], role=args.get("role"),
+                       image_uri=args.get("image_uri"), framework=args.get("framework"),
+                       framework_version=args.get("framework_version"), py_version=args.get("py_version"),
+                       instance_type=args.get("instance_type") or "ml.m5.xlarge",
+                       entry_point=args.get("entry_point"), source_dir=args.get("source_dir"),
+                       code_location=sharding.work_uri(output_uri, "code"),
+                       program=args.get("program") or "inference.py",
+                       environment=args.get("model_environment"), region=region,
+                       tags=args.get("tags"),  # the SDK tags the model it creates for the transform job too
+                       allow_local_uris=backend.name == "local")
+    return name, found, plan
+
+
+def model_fingerprint_of(storage, planned: tuple[str, dict | None, Any]) -> str:
+    """The fingerprint of a planned model (see :func:`plan_model`): its container (the existing model's, else
+    the plan's), its artifact's version, and its inference code: the hash of the local source when the plan
+    packs it, else the version of the code the model names."""
+    from airflow_smdist.sourcedir import source_digest
+    from airflow_smdist.specs import sharding
+
+    _, existing, plan = planned
+    container = (existing or (plan.request if plan is not None else {})).get("PrimaryContainer") or {}
+    url = container.get("ModelDataUrl")
+    code = (container.get("Environment") or {}).get("SAGEMAKER_SUBMIT_DIRECTORY", "")
+    if plan is not None and plan.source_dir:
+        code_version = source_digest(plan.source_dir)
+    else:
+        code_version = storage.version(code) if "://" in code else None
+    return sharding.model_fingerprint(container, storage.version(url) if url else None, code_version)
+
+
 def storage_for(backend):
     """Storage that reaches the backend's objects: the ``aws`` connection's S3 client for sagemaker, the
     local backend's endpoint (or boto3's defaults) otherwise."""
@@ -89,8 +149,7 @@ def list_inputs(storage, input_uri: str, output_uri: str, s3_data_type: str = "S
         entries = json.loads(storage.read_bytes(input_uri))
         prefix, _rels = sharding.parse_input_manifest(entries)
         listing = storage.list(prefix)
-        return sharding.objects_of_manifest(entries, output_uri, {o.uri: o.size for o in listing},
-                                            {o.uri: o.version for o in listing})
+        return sharding.objects_of_manifest(entries, output_uri, {o.uri: o for o in listing})
     return sharding.input_objects(input_uri, storage.list(input_uri), output_uri)
 
 
@@ -131,6 +190,36 @@ def made_now(objects, processed, model: str | None) -> dict[str, dict[str, str]]
             for o in objects if o.uri in done}
 
 
+def job_record_uri(output_uri: str, job: str) -> str:
+    from airflow_smdist.specs import sharding
+
+    return sharding.work_uri(output_uri, "jobs", f"{job}.json")
+
+
+def record_job(storage, output_uri: str, job: str, model: str | None, objects) -> None:
+    """Before a job starts: the model it runs (a fingerprint) and the version of each input it is given, at
+    ``<output_uri>/_smdist/jobs/<job>.json``, so that whoever sees the job complete (a sensor, a later try)
+    can record what made its outputs."""
+    from airflow_smdist.specs import sharding
+
+    record = {"job": job, "model": model, "inputs": {o.uri: o.version for o in objects}}
+    storage.write_bytes(sharding.dumps(record), job_record_uri(output_uri, job))
+
+
+def made_by_jobs(storage, output_uri: str, jobs) -> dict[str, dict[str, str]]:
+    """The provenance of what ``jobs`` (completed ones) made, from their records (see :func:`record_job`);
+    a job without a readable record adds nothing."""
+    out: dict[str, dict[str, str]] = {}
+    for job in jobs:
+        try:
+            record = json.loads(storage.read_bytes(job_record_uri(output_uri, job)))
+        except Exception:  # noqa: BLE001 - started elsewhere, or before records were kept
+            continue
+        for uri, version in (record.get("inputs") or {}).items():
+            out[uri] = {k: v for k, v in (("model", record.get("model")), ("made_from", version)) if v}
+    return out
+
+
 def write_manifest(storage, report, *, input_uri: str, output_uri: str, fan_out: str, jobs: list[dict],
                    settings: dict, processed=()) -> dict:
     """Write ``<output_uri>/_smdist/manifest.json``; return its XCom summary."""
@@ -167,8 +256,9 @@ def outcome_error(report, summary: dict, failed_jobs: Sequence[str] = (), tail: 
 
 
 def plan_shards_step(storage, *, input_uri: str, output_uri: str, shards: int, settings: dict,
-                     check_records: bool | None = None, log=None) -> list[dict]:
-    """The planner: the objects still without a complete output, balanced by size over ``shards`` shards,
+                     check_records: bool | None = None, log=None, model: str | None = None) -> list[dict]:
+    """The planner: the objects still without a complete, current output (of ``model``, a fingerprint,
+    where given), balanced by size over ``shards`` shards,
     each written as a ManifestFile under ``<output_uri>/_smdist/shards/<digest>/``. Returns one small dict
     per shard (for ``.expand(shard=...)``); [] when nothing is missing."""
     from airflow_smdist.specs import sharding
@@ -178,7 +268,7 @@ def plan_shards_step(storage, *, input_uri: str, output_uri: str, shards: int, s
     if not objects:
         raise AirflowException(f"no input objects under {input_uri}")
     report = completeness(storage, objects, output_uri, settings, check_records,
-                          provenance=read_provenance(storage, output_uri))
+                          provenance=read_provenance(storage, output_uri), model=model)
     pending = {e.input for e in report.pending}
     todo = [o for o in objects if o.uri in pending]
     if not todo:
@@ -345,25 +435,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
     def plan_model(self, backend, context: Any) -> tuple[str, dict | None, Any]:
         """(name, existing description or None, CreateModel plan or None): the model, built and validated,
         nothing created."""
-        name = self.model_name_for(context)
-        existing = describe_model(backend, name)
-        if not self.model_data:
-            if existing is None:
-                raise AirflowException(f"model {name!r} does not exist on the {backend.name} backend; give "
-                                       "model_data (and image_uri or framework) to create it.")
-            return name, existing, None
-        from airflow_smdist.specs import sharding
-        from airflow_smdist.specs.transform import build_model
-
-        plan = build_model(model_name=name, model_data=self.model_data, role=self.role, image_uri=self.image_uri,
-                           framework=self.framework, framework_version=self.framework_version,
-                           py_version=self.py_version, instance_type=self.instance_type,
-                           entry_point=self.entry_point, source_dir=self.source_dir,
-                           code_location=sharding.work_uri(self.output_uri, "code"), program=self.program,
-                           environment=self.model_environment, region=self.hook.region_name,
-                           tags=self.tags,  # the SDK tags the model it creates for the transform job too
-                           allow_local_uris=backend.name == "local")
-        return name, existing, plan
+        return plan_model(backend, self.model_name_for(context), {k: getattr(self, k) for k in MODEL_ARGS},
+                          output_uri=self.output_uri, region=self.hook.region_name)
 
     def check_job_request(self, backend, storage, name: str, input_uri: str, data_type: str,
                           planned: tuple[str, dict | None, Any]) -> None:
@@ -375,15 +448,10 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
 
     def know_outputs(self, backend, storage, context: Any) -> tuple[str, dict | None, Any]:
         """Plan the model (nothing created) and learn what the outputs were made by: the fingerprint of the
-        model this run uses (its artifact and the artifact's version, image, environment) and the last
-        manifest's record of each output. Returns the model's plan."""
-        from airflow_smdist.specs import sharding
-
+        model this run uses (see :func:`model_fingerprint_of`) and the last manifest's record of each output.
+        Returns the model's plan."""
         planned = self.plan_model(backend, context)
-        _, existing, plan = planned
-        container = (existing or (plan.request if plan is not None else {})).get("PrimaryContainer") or {}
-        url = container.get("ModelDataUrl")
-        self._fingerprint = sharding.model_fingerprint(container, storage.version(url) if url else None)
+        self._fingerprint = model_fingerprint_of(storage, planned)
         self._previous = read_provenance(storage, self.output_uri)
         return planned
 
@@ -512,6 +580,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                 self._model = self.ensure_model(backend, context, planned)
                 input_uri, data_type = self._input_for(storage, name, objects, pending, manifest)
                 request = self.make_request(backend, storage, name, input_uri, data_type)
+                record_job(storage, self.output_uri, name, self._fingerprint, pending)
                 self.lifecycle.submit(request)  # the lifecycle tags the job with its owner
                 self.log.info("Started %s job %s on the %s backend over %d object(s).", self.kind, name,
                               backend.name, len(pending))
@@ -748,9 +817,10 @@ def _materialize(values: Any) -> list:
 class _StepOperator(BaseOperator):
     """The planner and the merge step: they only read and write storage (on the backend's endpoint)."""
 
-    template_fields: Sequence[str] = ("input_uri", "output_uri", "backend", *RECORD_ARGS)
+    template_fields: Sequence[str] = ("input_uri", "output_uri", "backend", "model", *RECORD_ARGS)
 
     def __init__(self, *, input_uri: str, output_uri: str, backend: str | None = None,
+                 model: dict[str, Any] | None = None,
                  smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
                  region_name: str | None = None, content_type: str | None = None, accept: str | None = None,
                  split_type: str | None = None, compression: str | None = None, batch_strategy: str | None = None,
@@ -778,14 +848,39 @@ class _StepOperator(BaseOperator):
         self.join_source = join_source
         self.output_filter = output_filter
         self.check_records = check_records
+        #: the shard jobs' model (:data:`MODEL_ARGS`): outputs another model made are pending
+        self.model = model
 
     settings = SageMakerShardedBatchInferenceOperator.settings
 
     def storage(self):
+        return storage_for(self.job_backend)
+
+    @cached_property
+    def job_backend(self):
+        """The backend the shard jobs run on (after templates are rendered)."""
+        return self.hook.get_backend(self.backend)
+
+    @cached_property
+    def hook(self):
         from airflow_smdist.hooks.smdist import SmdistHook
 
-        hook = SmdistHook(self.smdist_conn_id, aws_conn_id=self.aws_conn_id, region_name=self.region_name)
-        return storage_for(hook.get_backend(self.backend))
+        return SmdistHook(self.smdist_conn_id, aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+
+    def fingerprint(self, storage) -> str | None:
+        """The fingerprint of the shard jobs' model (None without ``model``), as the shards compute it."""
+        if not self.model:
+            return None
+        from airflow_smdist.specs.errors import SpecError
+
+        if not isinstance(self.model, dict):
+            raise SpecError("model", f"{type(self.model).__name__} is not a dict of the shard operator's model "
+                            "arguments.", "give model={'model_data': ..., 'image_uri': ...} or leave it out.")
+        name = self.model.get("model_name")
+        args = {"role": LOCAL_ROLE, **{k: v for k, v in self.model.items() if v is not None}}  # never sent
+        planned = plan_model(self.job_backend, str(name or "smdist-model-fingerprint"), args,
+                             output_uri=self.output_uri, region=self.hook.region_name, existing=bool(name))
+        return model_fingerprint_of(storage, planned)
 
 
 class SageMakerBatchShardPlanOperator(_StepOperator):
@@ -803,9 +898,10 @@ class SageMakerBatchShardPlanOperator(_StepOperator):
     def execute(self, context: Any) -> list[dict]:
         from airflow_smdist.specs.transform import _as_int
 
-        return plan_shards_step(self.storage(), input_uri=self.input_uri, output_uri=self.output_uri,
+        storage = self.storage()
+        return plan_shards_step(storage, input_uri=self.input_uri, output_uri=self.output_uri,
                                 shards=_as_int(self.shards, "shards"), settings=self.settings(),
-                                check_records=self.check_records, log=self.log)
+                                check_records=self.check_records, log=self.log, model=self.fingerprint(storage))
 
 
 class SageMakerBatchInferenceMergeOperator(_StepOperator):
@@ -832,7 +928,7 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
             processed += result.get("processed_inputs") or []
             provenance.update(result.get("provenance") or {})
         report = completeness(storage, objects, self.output_uri, self.settings(), self.check_records,
-                              provenance=provenance)
+                              provenance=provenance, model=self.fingerprint(storage))
         summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
                                  fan_out=self.fan_out, jobs=jobs, settings=self.settings(),
                                  processed=processed)
@@ -868,6 +964,7 @@ def sharded_batch_inference(group_id: str, *, input_uri: str, output_uri: str, s
         if reserved in common:
             raise SpecError(reserved, "is set by sharded_batch_inference.", f"drop {reserved}=...")
     steps = {k: v for k, v in common.items() if k in RECORD_ARGS or k in _STEP_ARGS}
+    steps["model"] = {k: v for k, v in common.items() if k in MODEL_ARGS}  # outputs of another model are pending
     with TaskGroup(group_id=group_id) as group:
         plan = SageMakerBatchShardPlanOperator(task_id="plan", input_uri=input_uri, output_uri=output_uri,
                                                shards=shards, **steps)

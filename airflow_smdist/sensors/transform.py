@@ -14,7 +14,8 @@ class SageMakerShardedBatchInferenceSensor(SmdistSensorBase):
     ``kind='processing'``) is Completed; fails with their FailureReasons as soon as one ends Failed or Stopped.
 
     With ``input_uri`` and ``output_uri`` it then runs the completeness check (every input object needs its
-    ``<key>.out``, record counts matched where countable), writes the manifest beside the outputs and
+    ``<key>.out``, record counts matched where countable), writes the manifest beside the outputs (with what
+    made each output: the model and input versions the operator recorded when it started the job) and
     returns its summary via XCom (failing, naming the incomplete objects, if any is missing); otherwise it
     returns the jobs' small results. Works on both backends.
     """
@@ -65,14 +66,19 @@ class SageMakerShardedBatchInferenceSensor(SmdistSensorBase):
         from airflow_smdist.operators.transform import (
             completeness,
             list_inputs,
+            made_by_jobs,
             outcome_error,
+            read_provenance,
             storage_for,
             write_manifest,
         )
 
         storage = storage_for(backend)
         objects = list_inputs(storage, self.input_uri, self.output_uri)
-        report = completeness(storage, objects, self.output_uri, self.record_settings, self.check_records)
+        # what made each output: the last manifest's records, then the records the jobs were started with
+        provenance = {**read_provenance(storage, self.output_uri), **made_by_jobs(storage, self.output_uri, names)}
+        report = completeness(storage, objects, self.output_uri, self.record_settings, self.check_records,
+                              provenance=provenance)
         summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
                                  fan_out=self.kind, jobs=results, settings=self.record_settings)
         error = outcome_error(report, summary)

@@ -108,11 +108,13 @@ class InputObject:
     output: str
     #: the object's version when listed (ETag, or size:mtime_ns); "" when unknown
     version: str = ""
+    #: when it was last written (seconds since the epoch); 0 when unknown
+    modified: float = 0.0
 
     def as_stored(self) -> StoredObject:
         from airflow_smdist.storage import parse_uri
 
-        return StoredObject(self.uri, parse_uri(self.uri)[2], self.size, self.version)
+        return StoredObject(self.uri, parse_uri(self.uri)[2], self.size, self.version, self.modified)
 
 
 def input_objects(prefix_uri: str, listing: Iterable[StoredObject], output_path: str) -> list[InputObject]:
@@ -122,17 +124,21 @@ def input_objects(prefix_uri: str, listing: Iterable[StoredObject], output_path:
         rel = relative_key(prefix_uri, obj)
         if rel.split("/", 1)[0] == WORK_DIR:
             continue
-        out.append(InputObject(obj.uri, rel, obj.size, output_uri(output_path, rel), obj.version))
+        out.append(InputObject(obj.uri, rel, obj.size, output_uri(output_path, rel), obj.version, obj.modified))
     return out
 
 
-def objects_of_manifest(entries: list[Any], output_path: str, sizes: dict[str, int] | None = None,
-                        versions: dict[str, str] | None = None) -> list[InputObject]:
-    """A ManifestFile's entries as InputObjects (``sizes`` and ``versions`` by URI, where known)."""
+def objects_of_manifest(entries: list[Any], output_path: str,
+                        listed: dict[str, StoredObject] | None = None) -> list[InputObject]:
+    """A ManifestFile's entries as InputObjects (size, version and time from ``listed`` by URI, where known)."""
     prefix, rels = parse_input_manifest(entries)
     base = prefix if prefix.endswith("/") else prefix + "/"
-    return [InputObject(base + rel, rel, (sizes or {}).get(base + rel, 0), output_uri(output_path, rel),
-                        (versions or {}).get(base + rel, "")) for rel in rels]
+    out = []
+    for rel in rels:
+        obj = (listed or {}).get(base + rel)
+        out.append(InputObject(base + rel, rel, obj.size if obj else 0, output_uri(output_path, rel),
+                               obj.version if obj else "", obj.modified if obj else 0.0))
+    return out
 
 
 # -- ManifestFile inputs -------------------------------------------------------------------------------------
@@ -242,11 +248,15 @@ class CompletenessReport:
         return f"{len(bad)} of {len(self.entries)} object(s) incomplete:\n" + "\n".join(lines) + more
 
 
-def model_fingerprint(container: dict[str, Any], artifact_version: str | None = None) -> str:
-    """A short hash of what makes a model's predictions: its artifact (URI and version), image and
-    environment (a PrimaryContainer of CreateModel or DescribeModel)."""
-    what = {"ModelDataUrl": container.get("ModelDataUrl"), "Image": container.get("Image"),
-            "Environment": container.get("Environment") or {}, "ArtifactVersion": artifact_version}
+def model_fingerprint(container: dict[str, Any], artifact_version: str | None = None,
+                      code_version: str | None = None) -> str:
+    """A short hash of what makes a model's predictions: its artifact (URI and version), image, environment
+    and inference code (a PrimaryContainer of CreateModel or DescribeModel; ``code_version`` stands for the
+    code that ``SAGEMAKER_SUBMIT_DIRECTORY`` names, whose URI holds the model's name and so changes with
+    every new model of the same code)."""
+    env = {k: v for k, v in (container.get("Environment") or {}).items() if k != "SAGEMAKER_SUBMIT_DIRECTORY"}
+    what = {"ModelDataUrl": container.get("ModelDataUrl"), "Image": container.get("Image"), "Environment": env,
+            "ArtifactVersion": artifact_version, "Code": code_version}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -261,12 +271,16 @@ def provenance_of(manifest: Any) -> dict[str, dict[str, str]]:
     return out
 
 
-def staleness(made: dict[str, str], model: str | None, version: str) -> str | None:
-    """Why an output made as ``made`` records is stale for ``model`` and the input's current ``version``."""
+def staleness(made: dict[str, str], model: str | None, obj: InputObject, output: StoredObject) -> str | None:
+    """Why an output made as ``made`` records is stale for ``model`` and its input ``obj`` as listed now.
+    An output with no record of what made it (written by hand, by another tool, or before records were
+    kept) is stale when its input was written after it, as ``make`` decides."""
     if made.get("model") and model and made["model"] != model:
         return f"made by another model ({made['model']}, now {model})"
-    if made.get("made_from") and version and made["made_from"] != version:
-        return f"its input changed since (was {made['made_from']}, now {version})"
+    if made.get("made_from") and obj.version and made["made_from"] != obj.version:
+        return f"its input changed since (was {made['made_from']}, now {obj.version})"
+    if not made and obj.modified and output.modified and obj.modified > output.modified:
+        return "no record of what made it, and its input was written after it"
     return None
 
 
@@ -288,7 +302,7 @@ def check_completeness(objects: list[InputObject], outputs: Iterable[StoredObjec
         out = present.get(e.output)
         if out is not None:
             e.status, e.output_bytes = "ok", out.size
-            e.stale = staleness(made, model, obj.version)
+            e.stale = staleness(made, model, obj, out)
             if e.stale:
                 e.status = "stale"
     if count:

@@ -739,3 +739,100 @@ def test_outputs_of_a_changed_input_or_another_model_are_stale_and_run_again(sco
         assert np.allclose(got, np.atleast_2d(np.loadtxt(path, delimiter=",")).sum(axis=1)), path
     # and nothing changed since: nothing runs
     assert op(tmp_path, fan_out, "out").execute(context(run, f"score_{fan_out}"))["processed"] == 0
+
+
+def test_the_taskgroup_form_runs_again_what_another_model_made(scoring, backend):
+    """The planner and the merge step of the sharded_batch_inference TaskGroup are given the shards' model
+    (model=): when the model's artifact changes, the planner plans every object again and the merge step
+    does not call the old outputs current."""
+    tmp_path = scoring
+    records = dict(content_type="text/csv", accept="text/csv", split_type="Line", max_payload_mb=1)
+    model = dict(model_data=f"file://{tmp_path}/model.tar.gz", image_uri=SKLEARN_IMAGE)
+    steps = dict(input_uri=f"file://{tmp_path}/in", output_uri=f"file://{tmp_path}/out", model=model, **records)
+
+    def plan(run):
+        return SageMakerBatchShardPlanOperator(task_id="plan", shards=3, **steps).execute(context(run, "plan"))
+
+    def shards_then_merge(run, shards):
+        results = [op(tmp_path, "jobs", "out", task_id="shard", shard=s).execute(context(run, "shard", i))
+                   for i, s in enumerate(shards)]
+        return SageMakerBatchInferenceMergeOperator(task_id="merge", shard_results=results, **steps).execute(
+            context(run, "merge"))
+
+    run = f"run-{uuid.uuid4().hex}"
+    first = plan(run)
+    assert sum(s["objects"] for s in first) == 7
+    assert shards_then_merge(run, first)["complete"]
+    assert plan(f"{run}-2") == []  # same model, same inputs: nothing to do
+
+    model_archive(tmp_path / "model.tar.gz", w=[1.0, 1.0, 1.0])  # a new artifact under the same URI
+    again = plan(f"{run}-3")
+    assert sum(s["objects"] for s in again) == 7  # every output was made by the old model
+    with pytest.raises(AirflowException, match="7 of 7 object.*incomplete") as stale:
+        SageMakerBatchInferenceMergeOperator(task_id="merge", **steps).execute(context(f"{run}-3", "merge"))
+    assert "made by another model" in str(stale.value)
+    assert shards_then_merge(f"{run}-3", again)["complete"]
+    for path in (tmp_path / "in").rglob("*.csv"):
+        got = np.loadtxt(tmp_path / "out" / (str(path.relative_to(tmp_path / "in")) + ".out"))
+        assert np.allclose(got, np.atleast_2d(np.loadtxt(path, delimiter=",")).sum(axis=1)), path
+
+
+def test_outputs_a_sensor_waited_for_are_recorded_with_the_model_that_made_them(scoring, backend):
+    """An operator that does not wait (wait_for_completion=False) records, before its job starts, the model
+    and the inputs' versions; the sensor that sees the job complete writes them into the manifest, so a
+    later run knows what made those outputs."""
+    from airflow_smdist.sensors.transform import SageMakerShardedBatchInferenceSensor
+
+    tmp_path = scoring
+    run = f"run-{uuid.uuid4().hex}"
+    started = op(tmp_path, "transform", "out", wait_for_completion=False).execute(context(run))
+    name = started["jobs"][0]["job_name"]
+    sensor = SageMakerShardedBatchInferenceSensor(
+        task_id="wait", job_names=[name], input_uri=f"file://{tmp_path}/in", output_uri=f"file://{tmp_path}/out",
+        record_settings={"content_type": "text/csv", "accept": "text/csv", "split_type": "Line",
+                         "batch_strategy": "MultiRecord", "assemble_with": "Line"})
+    wait(backend, name)
+    done = sensor.poke({})
+    assert done.is_done and done.xcom_value["complete"]
+    entries = json.loads((tmp_path / "out" / "_smdist" / "manifest.json").read_text())["entries"]
+    assert len(entries) == 7 and all(e["model"] and e["made_from"] for e in entries)
+    # the same model later: nothing runs; another model: everything runs again
+    assert op(tmp_path, "transform", "out").execute(context(f"{run}-2"))["processed"] == 0
+    model_archive(tmp_path / "model.tar.gz", w=[1.0, 1.0, 1.0])
+    assert op(tmp_path, "transform", "out").execute(context(f"{run}-3"))["processed"] == 7
+
+
+def test_an_output_with_no_record_is_stale_when_its_input_was_written_after_it(scoring, backend):
+    """Outputs nothing recorded (another tool's, or a manifest lost) count as current unless their input is
+    newer than they are, as make decides."""
+    tmp_path = scoring
+    run = f"run-{uuid.uuid4().hex}"
+    assert op(tmp_path, "transform", "out").execute(context(run))["processed"] == 7
+    (tmp_path / "out" / "_smdist" / "manifest.json").unlink()  # no record of what made the outputs
+    assert op(tmp_path, "transform", "out").execute(context(f"{run}-2"))["processed"] == 0
+    (tmp_path / "out" / "_smdist" / "manifest.json").unlink()
+    touched = sorted((tmp_path / "in").glob("part-*.csv"))[3]
+    later = (tmp_path / "out" / (str(touched.relative_to(tmp_path / "in")) + ".out")).stat().st_mtime + 5
+    os.utime(touched, (later, later))
+    again = op(tmp_path, "transform", "out").execute(context(f"{run}-3"))
+    assert again["processed"] == 1 and again["complete"]
+
+
+def test_inference_code_from_a_source_dir_is_part_of_the_model_that_made_an_output(scoring, backend):
+    """With entry_point + source_dir each run creates a new model whose code lives under its own name; the
+    same code in a new run is the same model (nothing runs), edited code is another (everything runs)."""
+    tmp_path = scoring
+    model_archive(tmp_path / "model.tar.gz", code=None)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "inference.py").write_text(LINEAR_CODE)
+    run = f"run-{uuid.uuid4().hex}"
+    scored = dict(entry_point="inference.py", source_dir=str(code), instance_count=1)
+    assert op(tmp_path, "transform", "out", **scored).execute(context(run))["processed"] == 7
+    assert op(tmp_path, "transform", "out", **scored).execute(context(f"{run}-2"))["processed"] == 0
+    (code / "inference.py").write_text(LINEAR_CODE.replace('cfg["w"]', 'cfg["w"]) * 2 + (0'))
+    third = op(tmp_path, "transform", "out", **scored).execute(context(f"{run}-3"))
+    assert third["processed"] == 7 and third["complete"]
+    path = sorted((tmp_path / "in").glob("part-*.csv"))[0]
+    got = np.loadtxt(tmp_path / "out" / (str(path.relative_to(tmp_path / "in")) + ".out"))
+    assert np.allclose(got, 2 * expected(path))

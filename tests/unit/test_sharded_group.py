@@ -27,6 +27,7 @@ def test_plan_then_one_mapped_task_per_shard_then_merge():
     assert shard.partial_kwargs["deferrable"] is True and shard.partial_kwargs["model_name"] == "m"
     assert plan.shards == 4 and plan.content_type == "text/csv" and plan.max_payload_mb == 1
     assert merge.trigger_rule == "all_done"  # a failed shard's objects are still named by the merge
+    assert plan.model == merge.model == {"model_name": "m"}  # both know which model must have made the outputs
     assert group.get_child_by_label("merge") is merge
 
 
