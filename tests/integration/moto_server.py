@@ -29,6 +29,8 @@ when a ``MotoServer`` starts):
   ``logStreamNamePrefix``: ``install_summary_and_log_extensions`` adds both.
 * moto's List* time filters (``LastModifiedTimeAfter``, ...) arrive over the JSON protocol as epoch numbers
   and moto compares them with datetimes (a 500); ``_get_param`` hands moto datetimes for them.
+* moto's List{Training,Processing,Transform}Jobs page before they filter (a narrow filter over many jobs
+  costs the client every page); ``install_filter_then_page_extension`` filters first, as the service does.
 """
 
 from __future__ import annotations
@@ -736,8 +738,45 @@ def install_summary_and_log_extensions() -> None:
     _summary_extensions_installed = True
 
 
+_LISTED = {"list_training_jobs": "TrainingJobSummaries", "list_processing_jobs": "ProcessingJobSummaries",
+           "list_transform_jobs": "TransformJobSummaries"}
+_filtered_pages_installed = False
+
+
+def install_filter_then_page_extension() -> None:
+    """moto's List{Training,Processing,Transform}Jobs cut a page of ``MaxResults`` jobs out of ALL jobs and
+    only then apply the filters (``LastModifiedTimeAfter``, ``NameContains``, ``StatusEquals``, ...), so a
+    filter that matches 3 of 2,000 jobs still makes the client page through 20 mostly empty pages. The
+    service filters first and pages the matches; the wrapped backend methods do the same (idempotent)."""
+    global _filtered_pages_installed
+    if _filtered_pages_installed:
+        return
+    from moto.sagemaker.exceptions import AWSValidationException
+    from moto.sagemaker.models import SageMakerModelBackend
+
+    def make(name: str, key: str, original):
+        def lister(self, next_token, max_results, **filters):
+            matches = original(self, next_token=None, max_results=None, **filters)[key]
+            try:
+                start = int(next_token) if next_token else 0
+                if not 0 <= start <= len(matches):
+                    raise ValueError(next_token)
+            except ValueError:
+                raise AWSValidationException('Invalid pagination token because "{0}".') from None
+            end = start + max_results if max_results else len(matches)
+            return {key: matches[start:end], "NextToken": str(end) if end < len(matches) else None}
+
+        lister.__name__ = name
+        return lister
+
+    for name, key in _LISTED.items():
+        setattr(SageMakerModelBackend, name, make(name, key, getattr(SageMakerModelBackend, name)))
+    _filtered_pages_installed = True
+
+
 def install_sagemaker_extensions() -> None:  # noqa: F811 - extended here, so MotoServer.start installs both
     """The extensions above plus this section's (MotoServer.start calls this name)."""
     _install_sagemaker_extensions_without_tuning()
     install_tuning_extensions()
     install_summary_and_log_extensions()
+    install_filter_then_page_extension()

@@ -455,3 +455,27 @@ def test_a_line_cloudwatch_ingests_late_is_logged_once_by_the_next_sweep(moto_se
     assert event.payload["status"] == "success"
     assert [m for m in shown if m.startswith("[algo-1]")] == [
         "[algo-1] line 0", "[algo-1] line 1", "[algo-1] line 2", "[algo-1] late line", "[algo-1] last line"]
+
+
+def test_the_moto_server_filters_list_calls_before_it_pages_them_as_the_service_does(moto_server):
+    """moto cut pages out of all jobs before applying LastModifiedTimeAfter, so a poll that matches a few of
+    many jobs paged through all of them; the extension filters first (the benchmarks and the call counts of
+    the trigger tests depend on it)."""
+    from datetime import datetime, timezone
+
+    import boto3
+    from moto_server import REGION, set_training_job_status
+
+    sm = boto3.client("sagemaker", region_name=REGION, endpoint_url=moto_server)
+    names = in_progress_training_jobs(f"page-{uuid.uuid4().hex[:6]}", 250)
+    time.sleep(1.1)
+    since = datetime.now(timezone.utc)
+    time.sleep(1.1)
+    set_training_job_status(names[7], "Completed")
+    pages = list(sm.get_paginator("list_training_jobs").paginate(LastModifiedTimeAfter=since,
+                                                                 PaginationConfig={"PageSize": 100}))
+    assert len(pages) == 1 and [s["TrainingJobName"] for s in pages[0]["TrainingJobSummaries"]] == [names[7]]
+    prefix = names[0].rsplit("-", 2)[0]
+    every = [s["TrainingJobName"] for p in sm.get_paginator("list_training_jobs").paginate(
+        NameContains=prefix, PaginationConfig={"PageSize": 100}) for s in p["TrainingJobSummaries"]]
+    assert sorted(every) == sorted(names)
