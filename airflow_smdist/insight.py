@@ -326,6 +326,22 @@ def xcom_digest(summary: dict[str, Any], summary_uri: str | None, plot_uri: str 
                       for h, v in summary["hosts"].items()}}
 
 
+def digest_line(digest: dict[str, Any]) -> str:
+    """The XCom digest in one line, for the task log of a job that failed (its task pushes no XCom)."""
+    def mb(value: Any) -> str:
+        return f"{value / 1e6:.1f} MB"
+
+    metrics = "; ".join(f"{n} {m['first']:g} -> {m['last']:g} (min {m['min']:g}"
+                        + (", diverged)" if m["diverged"] else ")") for n, m in digest["metrics"].items())
+    hosts = "; ".join(f"{h} " + ", ".join(
+        f"{label} {fmt(v[key])}" for key, label, fmt in (
+            ("cpu_mean_percent", "CPU", lambda x: f"{x:.0f} %"), ("idle_fraction", "idle", lambda x: f"{x:.0%}"),
+            ("read_bytes", "read", mb), ("write_bytes", "written", mb), ("peak_rss_bytes", "peak RSS", mb))
+        if key in v) for h, v in digest["hosts"].items())
+    return (f"{digest['duration_seconds']:.0f} s; " + (f"{metrics}; " if metrics else "")
+            + (f"{hosts}; " if hosts else "") + f"summary {digest['summary_uri']}, plot {digest['plot_uri']}")
+
+
 def _epoch(value: Any) -> float | None:
     return value.timestamp() if hasattr(value, "timestamp") else None
 

@@ -150,6 +150,26 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
                 out["insight"] = digest
         return out
 
+    def check_and_result(self, description: dict[str, Any]) -> dict[str, Any]:
+        """A job that failed or was stopped gets its insight too (a diverging loss is often why it failed):
+        built, logged with its key numbers and URIs (a failed task pushes no XCom: the log is where they are
+        read), attached to the error (``insight``), and then the job's own failure is raised as it was."""
+        from airflow_smdist.lifecycle import JobFailed
+
+        try:
+            return super().check_and_result(description)
+        except JobFailed as failure:
+            if self.insight and failure.status in ("Failed", "Stopped"):
+                digest = self.job_insight(description, lr_scaled=bool(self.lr_scaling))
+                if digest is not None:
+                    from airflow_smdist.insight import digest_line
+
+                    line = f"Insight of {failure.status.lower()} job {failure.name}: {digest_line(digest)}"
+                    self.log.info("%s", line)
+                    failure.insight = digest  # type: ignore[attr-defined]
+                    failure.add_note(line)
+            raise
+
     def job_insight(self, description: dict[str, Any], *, lr_scaled: bool) -> dict[str, Any] | None:
         """Convergence, per-host utilization and I/O of the finished job (see :mod:`airflow_smdist.insight`),
         logged as one paragraph and stored next to the job's output. Never fails the task."""

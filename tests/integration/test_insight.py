@@ -41,13 +41,13 @@ def read_png(uri: str) -> bytes:
     return data
 
 
-@pytest.mark.slow
 def task_log(caplog, capsys) -> str:
     """What the task log got: Airflow 3 writes task logs through structlog (stdout here), Airflow 2 through
     logging."""
     return caplog.text + capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_uneven_reads_are_measured_per_host_and_reported(tmp_path, local_root, caplog, capsys):
     data = tmp_path / "data"
     data.mkdir()
@@ -98,6 +98,35 @@ def test_a_diverging_loss_is_found_with_lr_advice(tmp_path, local_root):
     assert summary["metrics"]["train:loss"]["divergence"]["at_seconds"] == series[3][0]
     assert "train:loss diverged" in result["insight"]["findings"][0]
     assert "lower base_learning_rate" in result["insight"]["findings"][0]
+
+
+@pytest.mark.slow
+def test_a_failed_job_still_gets_its_insight_and_fails_the_task(tmp_path, local_root, caplog, capsys):
+    from airflow_smdist.lifecycle import JobFailed
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.csv").write_text("1\n")
+    name = f"crash-{uuid.uuid4().hex[:8]}"
+    op = SageMakerDistributedTrainingOperator(
+        task_id="crash", job_name=name, entry_point="diverge_crash.py", source_dir=SCRIPTS, image_uri=IMAGE,
+        inputs={"train": f"file://{tmp_path}/d"}, output_path=f"file://{tmp_path}/out", poll_interval=0.3,
+        metric_definitions=[{"Name": "train:loss", "Regex": r"train_loss=([0-9.eE+-]+)"}])
+    with caplog.at_level(logging.INFO), pytest.raises(JobFailed) as failed:
+        op.execute(context("crash"))
+
+    assert failed.value.status == "Failed" and failed.value.name == name  # the job's own failure, re-raised
+    assert "loss is exploding" in str(failed.value)
+    assert failed.value.insight["metrics"]["train:loss"]["diverged"]  # the digest rides on the error
+    assert any(f"Insight of failed job {name}:" in note for note in failed.value.__notes__)  # shown in its traceback
+    base = f"{tmp_path}/out/{name}/output"
+    summary = json.loads(open(f"{base}/insight.json").read())
+    assert summary["metrics"]["train:loss"]["diverged"] and summary["metrics"]["train:loss"]["last"] == 90.0
+    read_png(f"file://{base}/insight.png")
+    log = task_log(caplog, capsys)
+    assert "Insight: Job " + name in log and "train:loss diverged" in log  # the reading
+    # the key numbers and the URIs on the error path (no XCom is pushed for a failed task)
+    assert f"Insight of failed job {name}:" in log and f"file://{base}/insight.png" in log
+    assert "train:loss 1 -> 90 (min 0.4, diverged)" in log
 
 
 @pytest.mark.slow
