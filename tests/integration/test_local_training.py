@@ -178,6 +178,38 @@ def test_relocated_paths_without_namespace(backend, tmp_path, data, monkeypatch)
         assert f"hosts run without namespaces (SMDIST_LOCAL_ISOLATION=none): {difference}" in log
 
 
+def test_sm_num_cpus_is_the_share_of_the_cores_or_the_requests_own(backend, tmp_path, data):
+    """SM_NUM_CPUS is this machine's share of the cores unless the request's Environment sets it; then that value is
+    the job's everywhere a script reads it. The job's log says which it is and why."""
+    seen = {}
+    for override in (None, "8"):
+        name = unique("cpus")
+        environment = {"SMDIST_REPO": REPO, **({"SM_NUM_CPUS": override} if override else {})}
+        submit(backend, tmp_path, name=name, source=os.path.join(FIXTURES, "contract"), entry="dump_env.py",
+               inputs={"train": f"file://{data}/train"}, instance_count=2, environment=environment)
+        d = wait(backend, "training", name)
+        assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+        files = model_files(d["ModelArtifacts"]["S3ModelArtifacts"], tmp_path)
+        seen[override] = ([json.loads(files[f"contract-{r}.json"])["env"] for r in range(2)],
+                          [e.message for e in backend.log_events("training", name)[0]])
+    share = max(1, (os.cpu_count() or 1) // 2)
+    for expected, (envs, _log) in ((str(share), seen[None]), ("8", seen["8"])):
+        for env in envs:
+            assert env["SM_NUM_CPUS"] == expected and env["OMP_NUM_THREADS"] == expected
+            assert json.loads(env["SM_TRAINING_ENV"])["num_cpus"] == int(expected)
+    log = seen[None][1]
+    assert f"SM_NUM_CPUS={share}: this machine's {os.cpu_count()} core(s) shared by 2 host(s), not the vCPUs of " \
+           "ml.m5.xlarge; set environment={'SM_NUM_CPUS': ...} to give scripts another value" in log, log
+    log = seen["8"][1]
+    assert [m for m in log if m.startswith("SM_NUM_CPUS=")] == [
+        "SM_NUM_CPUS=8: from the request's Environment (environment={'SM_NUM_CPUS': ...}), also SM_TRAINING_ENV's "
+        "num_cpus and OMP_NUM_THREADS unless the Environment sets that"], log
+    for bad in ("eight", "0"):  # refused before anything is written, naming the field
+        with pytest.raises(SpecError, match=r"Environment\.SM_NUM_CPUS: .* Fix: set it to a string such as '8'"):
+            submit(backend, tmp_path, name=unique("cpus"), source=os.path.join(FIXTURES, "contract"),
+                   entry="dump_env.py", inputs={"train": f"file://{data}/train"}, environment={"SM_NUM_CPUS": bad})
+
+
 def test_ddp_two_hosts_join_one_process_group(backend, tmp_path, data):
     pytest.importorskip("torch")
     name = unique("ddp")

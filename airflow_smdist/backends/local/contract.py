@@ -242,6 +242,21 @@ def processes_per_host(extra: dict, num_gpus: int) -> int:
     return num_gpus or 1
 
 
+def requested_num_cpus(request: dict) -> int | None:
+    """``SM_NUM_CPUS`` as the request's Environment sets it (then it is the job's value everywhere: the variable,
+    ``SM_TRAINING_ENV``'s num_cpus, ``OMP_NUM_THREADS`` unless that is set too), else None."""
+    value = (request.get("Environment") or {}).get("SM_NUM_CPUS")
+    if value is None:
+        return None
+    n = int(value) if str(value).strip().isdigit() else 0
+    if n < 1:
+        from airflow_smdist.specs.errors import SpecError
+
+        raise SpecError("Environment.SM_NUM_CPUS", f"{value!r} is not a whole number of CPUs of at least 1.",
+                        "set it to a string such as '8', or leave it out for this machine's share of the cores.")
+    return n
+
+
 def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: HostPaths, channels: list[str],
                      num_cpus: int, num_gpus: int = 0, master_port: int = MASTER_PORT,
                      region: str = "us-east-1", account: str = "000000000000") -> dict[str, str]:

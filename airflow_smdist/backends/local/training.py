@@ -239,10 +239,15 @@ class TrainingSupervisor(JobSupervisor):
         user, fixed, extra = contract.split_hyperparameters(hps)
         runner = contract.launcher_of({**fixed, **extra})
         rt = self.runtime
-        n_cpus = max(1, (os.cpu_count() or 1) // len(cluster.hosts))
-        self.say(f"SM_NUM_CPUS={n_cpus}: this machine's {os.cpu_count()} core(s) shared by {len(cluster.hosts)} "
-                 f"host(s), not the vCPUs of {cluster.hosts[0].instance_type}; set environment={{'SM_NUM_CPUS': ...}} "
-                 "to give scripts another value")
+        n_cpus = contract.requested_num_cpus(req)
+        if n_cpus is not None:
+            self.say(f"SM_NUM_CPUS={n_cpus}: from the request's Environment (environment={{'SM_NUM_CPUS': ...}}), "
+                     "also SM_TRAINING_ENV's num_cpus and OMP_NUM_THREADS unless the Environment sets that")
+        else:
+            n_cpus = max(1, (os.cpu_count() or 1) // len(cluster.hosts))
+            self.say(f"SM_NUM_CPUS={n_cpus}: this machine's {os.cpu_count()} core(s) shared by {len(cluster.hosts)} "
+                     f"host(s), not the vCPUs of {cluster.hosts[0].instance_type}; set "
+                     "environment={'SM_NUM_CPUS': ...} to give scripts another value")
         nproc = contract.processes_per_host(extra, 0)
         dist = cluster.distribution_hosts(extra)
         tracker_port = self.tracker_port(cluster) if runs_builtin_xgboost(req) else None
@@ -469,6 +474,7 @@ def check_request(request: dict) -> None:
                         f"{spec.get('TrainingImage')!r} runs its own container code, which needs Docker or SageMaker.",
                         "run it with backend='sagemaker', or give entry_point=... (script mode) or "
                         "ContainerEntrypoint so the local backend runs your code.")
+    contract.requested_num_cpus(request)
     rc = request.get("ResourceConfig") or {}
     contract.check_instance_count(sum(int(g["InstanceCount"]) for g in rc.get("InstanceGroups") or [])
                                   or int(rc.get("InstanceCount", 1)), "ResourceConfig.InstanceCount")
