@@ -397,8 +397,9 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
 
     # -- arguments ---------------------------------------------------------------------------------
     def settings(self) -> dict:
-        """The record settings with this operator's defaults: Line records in MultiRecord batches assembled
-        one per line."""
+        """The record settings as given, else the SDK's defaults (None: whole objects, no batch strategy, no
+        assembly); only with ``split_type="Line"`` do ``batch_strategy`` and ``assemble_with`` default to
+        MultiRecord and Line (one output line per input line, so record counts can be checked)."""
         values = _record_settings(self)
         if values.get("split_type") == "Line":
             values.setdefault("batch_strategy", "MultiRecord")
