@@ -171,13 +171,22 @@ def _spark_jobs(tmp_path_factory):
         job_name=fail_name, role=ROLE, submit_app=str(tmp / "fail.py"), framework_version="3.5", code_location=store,
         inputs={"raw": f"file://{data}/raw"}, outputs={"partial": f"{store}/out/{fail_name}/partial"},
         arguments=["--input", "/opt/ml/processing/input/raw", "--output", "/opt/ml/processing/output/partial"])
-    for plan in (ok, fail):
+    # the same framework_version on the worker's own pyspark (SMDIST_LOCAL_RUNTIME=worker), which may be another
+    (tmp / "version.py").write_text("import pyspark\nprint('running pyspark', pyspark.__version__, flush=True)\n")
+    version_name = unique("spark-version")
+    version = build_pyspark_processing(job_name=version_name, role=ROLE, submit_app=str(tmp / "version.py"),
+                                       framework_version="3.5", code_location=store)
+    for plan in (ok, fail, version):
         upload_plan(plan)
-        backend.submit("processing", plan.request)
+        with pytest.MonkeyPatch.context() as mp:
+            if plan is version:
+                mp.setenv("SMDIST_LOCAL_RUNTIME", "worker")
+                mp.delenv("SPARK_HOME", raising=False)
+            backend.submit("processing", plan.request)
     started = time.time()
-    described = {n: wait(backend, "processing", n) for n in (ok_name, fail_name)}
+    described = {n: wait(backend, "processing", n) for n in (ok_name, fail_name, version_name)}
     return SimpleNamespace(backend=backend, ok=ok, fail=fail, ok_name=ok_name, fail_name=fail_name, store=store,
-                           described=described, seconds=time.time() - started, data=data)
+                           version_name=version_name, described=described, seconds=time.time() - started, data=data)
 
 
 @pytest.fixture(scope="module")
@@ -255,6 +264,26 @@ def test_spark_outputs_event_log_and_exit_message(spark_jobs, spark_ok):
     platform = host_log(spark_jobs.backend, spark_jobs.ok_name, "platform")
     assert any(f"Spark event log: {spark_jobs.store}/events/{spark_jobs.ok_name}" in m for m in platform)
     assert d["ProcessingStartTime"] <= d["ProcessingEndTime"]
+
+
+def test_a_spark_other_than_the_images_is_named_in_a_warning(spark_jobs, spark_ok):
+    """framework_version 3.5 on the worker's pyspark (SMDIST_LOCAL_RUNTIME=worker): the job runs, and its log warns
+    with both versions; the job on its image's runtime (pyspark 3.5.x) has no such warning."""
+    import pyspark
+
+    if pyspark.__version__.startswith("3.5."):
+        pytest.skip("the worker's pyspark is the image's version")
+    d = spark_jobs.described[spark_jobs.version_name]
+    assert d["ProcessingJobStatus"] == "Completed", d.get("FailureReason")
+    assert f"running pyspark {pyspark.__version__}" in host_log(spark_jobs.backend, spark_jobs.version_name, "algo-1")
+    platform = host_log(spark_jobs.backend, spark_jobs.version_name, "platform")
+    warnings = [m for m in platform if m.startswith("warning: the image runs Spark")]
+    assert warnings == [
+        f"warning: the image runs Spark 3.5 (framework_version 3.5) but this job runs on Spark {pyspark.__version__}, "
+        "from the worker's pyspark (the Airflow worker's interpreter (SMDIST_LOCAL_RUNTIME=worker)): APIs and "
+        "defaults may differ; SMDIST_LOCAL_RUNTIME=image (the default) runs it on pyspark 3.5"], platform
+    ok_platform = host_log(spark_jobs.backend, spark_jobs.ok_name, "platform")
+    assert not [m for m in ok_platform if "runs on Spark" in m], ok_platform
 
 
 def test_failing_spark_app_fails_with_its_exit_code_and_error_and_uploads_nothing(spark_jobs):

@@ -121,6 +121,30 @@ def spark_home() -> str | None:
     return home if os.path.exists(os.path.join(home, "bin", "spark-submit")) else None
 
 
+def spark_version(home: str) -> str | None:
+    """The version of the Spark at ``home``: a pyspark package's ``version.py``, a distribution's ``RELEASE``
+    ("Spark 3.5.1 built for ...") or its ``python/pyspark/version.py``; None when none says."""
+    for rel, pattern in (("version.py", r"__version__[^'\"]*['\"]([^'\"]+)"), ("RELEASE", r"Spark ([0-9][^ \s]*)"),
+                         (os.path.join("python", "pyspark", "version.py"), r"__version__[^'\"]*['\"]([^'\"]+)")):
+        try:
+            with open(os.path.join(home, rel)) as f:
+                m = re.search(pattern, f.read())
+        except OSError:
+            continue
+        if m:
+            return m.group(1)
+    return None
+
+
+def image_spark_version(request: dict) -> str | None:
+    """The Spark version a SageMaker Spark processing image's tag names (``sagemaker-spark-processing:3.5-cpu``
+    -> ``3.5``), else None."""
+    parsed = runtimes.parse_image(request["AppSpecification"].get("ImageUri") or "")
+    if not parsed or parsed[0] != "sagemaker-spark-processing":
+        return None
+    return runtimes.framework_version("spark", parsed[1])
+
+
 def java_available() -> bool:
     home = os.environ.get("JAVA_HOME")
     return bool((home and os.path.exists(os.path.join(home, "bin", "java"))) or shutil.which("java"))
@@ -422,6 +446,7 @@ class ProcessingSupervisor(JobSupervisor):
         env.update({"PYSPARK_PYTHON": self.runtime.python, "PYSPARK_DRIVER_PYTHON": self.runtime.python,
                     "SPARK_LOCAL_IP": primary.address, "SPARK_CONF_DIR": str(conf_dir)})
         home = self.runtime_spark_home()
+        self.say_spark_mismatch(home)
 
         conf: dict[str, str] = {}
         configuration = self.read_configuration(hd)
@@ -482,6 +507,21 @@ class ProcessingSupervisor(JobSupervisor):
             raise PlatformError(f"ClientError: the job's runtime ({self.runtime.name}) has no pyspark to run "
                                 "smspark-submit with")
         return home
+
+    def say_spark_mismatch(self, home: str) -> None:
+        """A warning line when the Spark that runs the job is not the image's version (framework_version)."""
+        wanted, running = image_spark_version(self.request), spark_version(home)
+        if not wanted or not running or running == wanted or running.startswith(wanted + "."):
+            return
+        if not self.runtime.is_worker:
+            source, fix = (f"the job's runtime ({self.runtime.name}), the nearest that installs here",
+                           "backend='sagemaker' runs the image's own")
+        else:
+            source = (f"SPARK_HOME={home}" if os.environ.get("SPARK_HOME") == home
+                      else f"the worker's pyspark ({self.runtime.name})")
+            fix = f"{runtimes.RUNTIME_ENV}=image (the default) runs it on pyspark {wanted}"
+        self.say(f"warning: the image runs Spark {wanted} (framework_version {wanted}) but this job runs on Spark "
+                 f"{running}, from {source}: APIs and defaults may differ; {fix}")
 
     @staticmethod
     def shadow_spark_home(home: str, shadow: Path) -> str:
