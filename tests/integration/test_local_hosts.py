@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 
+import psutil
 import pytest
 
 from airflow_smdist.backends.local import LocalBackend, hostnet, launcher
@@ -145,7 +146,10 @@ def test_head_daemon_pattern_completes_when_the_head_script_ends(backend, tmp_pa
     assert_nothing_left(backend, name)
 
 
-def test_kill_9_of_the_supervisor_ends_every_host_process(backend, tmp_path, data):
+@pytest.mark.parametrize("pid_reused", [False, True])
+def test_kill_9_of_the_supervisor_ends_every_host_process(backend, tmp_path, data, pid_reused):
+    """With ``pid_reused`` the dead supervisor's PID belongs to a live, unrelated process by the time describe
+    looks (the PID exists, its start time is another's): the job still fails rather than stay InProgress."""
     name = submit(backend, tmp_path, data, "sleep_daemon.py")
     job_dir = backend.job_dir("training", name)
     deadline = time.time() + 60
@@ -158,8 +162,19 @@ def test_kill_9_of_the_supervisor_ends_every_host_process(backend, tmp_path, dat
     while job_processes(job_dir) and time.time() < deadline:  # no describe call needed
         time.sleep(0.1)
     assert job_processes(job_dir) == []
-    d = backend.describe("training", name)  # reclaims the bridge of the dead supervisor
-    assert d["TrainingJobStatus"] == "Failed" and "supervisor exited unexpectedly" in d["FailureReason"]
+    other = subprocess.Popen(["sleep", "60"]) if pid_reused else None
+    try:
+        if other is not None:  # same recorded start time, another process at the PID
+            started = (job_dir / "supervisor.pid").read_text().split()[1]
+            (job_dir / "supervisor.pid").write_text(f"{other.pid} {started}")
+            assert psutil.pid_exists(other.pid)
+        d = backend.describe("training", name)  # reclaims the bridge of the dead supervisor
+        assert d["TrainingJobStatus"] == "Failed" and "supervisor exited unexpectedly" in d["FailureReason"]
+        assert other is None or other.poll() is None  # the unrelated process is left alone
+    finally:
+        if other is not None:
+            other.kill()
+            other.wait()
     assert_nothing_left(backend, name)
 
 
