@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -142,6 +143,12 @@ def test_main_example_dag_runs_end_to_end_on_the_local_backend(tmp_path):
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-6000:]
     assert "DagRun Finished" in log and "state=success" in log, log[-3000:]
+    # no error-level line in a successful run (the same check as tests/integration/test_example_dags.py's
+    # error_lines, inlined: these tests run without tests/integration importable): Airflow 3's "[error    ]",
+    # Airflow 2's " ERROR - ", critical ones too; a job's own [algo-N] / [platform] output is not a log level
+    pattern = re.compile(r"\[(error|critical)\s*\]|\s(ERROR|CRITICAL) - ")
+    errors = [line for line in log.splitlines() if pattern.search(line.split(" [algo-")[0].split(" [platform]")[0])]
+    assert not errors, "a successful run logged errors:\n" + "\n".join(errors[:20])
     # both simulated hosts trained, the model artifact landed, metrics reached XCom
     assert "[algo-1] rank 0/2" in log and "[algo-2] rank 1/2" in log
     assert "[algo-1] rank 0: all-reduce check passed (sum 3 over world size 2)" in log
