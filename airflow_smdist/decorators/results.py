@@ -42,7 +42,7 @@ class SmdistFunctionError(JobFailed):
                  records: list[dict[str, Any]]) -> None:
         super().__init__(kind, name, "Failed", reason)
         self.exception_type = record.get("type")
-        self.host = record.get("log_host") or record.get("host")
+        self.host = failure_host(record)
         self.rank = record.get("rank")
         self.remote_traceback = record.get("traceback")
         self.records = records
@@ -60,9 +60,19 @@ def _stamp(epoch: Any) -> str:
 
 
 # -- errors -------------------------------------------------------------------------------------------------
+def failure_host(record: dict[str, Any]) -> Any:
+    """The host a failing process ran on. A record with a rank names its own host (the job's host name, from
+    the rank's resource config): under MPI every rank's output is relayed through mpirun on the first host,
+    so the log stream (``log_host``) says algo-1 for a rank that ran on algo-2. Without a rank (the runner
+    failed before it knew where it was, and its ``host`` is only the machine's name), the log stream's host."""
+    if record.get("rank") is not None and record.get("host"):
+        return record["host"]
+    return record.get("log_host") or record.get("host")
+
+
 def error_records(events: list) -> list[dict[str, Any]]:
     """Every ``SMDIST_FUNCTION_ERROR`` record in the log events, earliest first; ``log_host`` is the host
-    (log stream) that printed it."""
+    (log stream) that printed it, not always the one that failed (see :func:`failure_host`)."""
     records = []
     for event in events:
         message = event.message
@@ -82,9 +92,9 @@ def error_records(events: list) -> list[dict[str, Any]]:
 
 def first_failure(records: list[dict[str, Any]], job_name: str, kind: str) -> SmdistFunctionError:
     first = records[0]
-    host = first.get("log_host") or first.get("host")
+    host = failure_host(first)
     where = f"rank {first.get('rank')} on {host}" if kind == "training" else f"host {host}"
-    others = [f"{r.get('type')} on {r.get('log_host') or r.get('host')} (rank {r.get('rank')}, "
+    others = [f"{r.get('type')} on {failure_host(r)} (rank {r.get('rank')}, "
               f"{_stamp(r.get('time'))})" for r in records[1:6]]
     message = (f"{first.get('function', 'the function')} raised {first.get('type')} on {where} at "
                f"{_stamp(first.get('time'))}: {first.get('message')}\n"

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_smdist._compat import AirflowException
-from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local import LocalBackend, launcher, mpi
 from airflow_smdist.decorators.processing import SmdistProcessingDecoratedOperator
 from airflow_smdist.decorators.results import SmdistFunctionError, SmdistNoResult
 from airflow_smdist.decorators.smdist import SmdistTrainingDecoratedOperator
@@ -52,6 +52,18 @@ def fail_on_host_2(seconds: float):
     return "rank 0 survived"
 
 
+def fail_on_rank_3(seconds: float):
+    import time
+
+    from airflow_smdist.runtime import cluster
+
+    c = cluster()
+    if c.rank == 3:
+        raise KeyError(f"rank {c.rank} lost its shard")
+    time.sleep(seconds)  # the failing rank's abort ends the others sooner
+    return "rank 0 survived"
+
+
 def sleeper(seconds: float):
     import time
 
@@ -77,6 +89,13 @@ def uses_a_module_name():
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+MPI_2X2 = {"mpi": {"enabled": True, "processes_per_host": 2}}
+needs_mpi_hosts = pytest.mark.skipif(
+    launcher.namespace_prefix() is None or mpi.missing() is not None,
+    reason=f"MPI ranks on separate hosts need namespaces and the [local] extra's Open MPI / mpi4py: "
+           f"{launcher.namespaces_available()} {mpi.missing()}")
+
+
 def context(run_id: str, task_id: str = "fn"):
     return {"ti": SimpleNamespace(dag_id="dag", task_id=task_id, map_index=-1, try_number=1), "run_id": run_id}
 
@@ -313,3 +332,22 @@ def test_a_result_above_max_result_bytes_fails_with_a_clear_error(tmp_path, loca
     with pytest.raises(SmdistFunctionError, match=r"raised ResultTooLarge on rank 0 .* 5002 bytes as JSON, above "
                                                   r"max_result_bytes=1000: write large data to S3"):
         op.execute(context(f"run-{uuid.uuid4().hex}"))
+
+
+@needs_mpi_hosts
+def test_under_mpi_a_function_raising_on_rank_3_fails_the_task_naming_its_own_host(tmp_path, local_root, caplog,
+                                                                                   capsys):
+    """mpirun on algo-1 relays every rank's output, so rank 3's record reaches the task through algo-1's log
+    stream; the task must still name the host rank 3 ran on (algo-2) and show that host's traceback."""
+    op = training(tmp_path, fail_on_rank_3, 120, distribution=MPI_2X2)
+    with pytest.raises(SmdistFunctionError) as info:
+        op.execute(context(f"run-{uuid.uuid4().hex}"))
+    error = info.value
+    assert (error.exception_type, error.host, error.rank) == ("KeyError", "algo-2", 3), str(error)
+    message = str(error)
+    assert "raised KeyError on rank 3 on algo-2" in message and "rank 3 lost its shard" in message
+    assert "Traceback on algo-2:" in message and "in fail_on_rank_3" in message
+    assert 'raise KeyError(f"rank {c.rank} lost its shard")' in error.remote_traceback
+    log = capsys.readouterr().out + caplog.text
+    assert "Traceback on algo-2:" in log and "in fail_on_rank_3" in log  # in the task log
+    assert "on algo-1" not in message.split("later failure")[0]

@@ -29,3 +29,29 @@ def test_the_runner_shipped_into_jobs_parses_on_the_oldest_image_python(rel):
     """Images run Python 3.8 .. 3.12: what travels in the payload must not use newer syntax."""
     with open(os.path.join(REPO, rel)) as f:
         ast.parse(f.read(), filename=rel, feature_version=(3, 8))
+
+
+def test_a_failure_is_placed_on_the_ranks_own_host_and_on_the_log_stream_without_a_rank():
+    """mpirun on algo-1 relays rank 3's record (ranks 2-3 ran on algo-2); a record without a rank (the runner
+    failed before it knew its place, its host is only the machine's name) takes the host of its log stream."""
+    import json
+
+    from airflow_smdist.backends.base import LogEvent
+    from airflow_smdist.decorators.results import error_records, first_failure
+    from airflow_smdist.runtime.function import ERROR_MARKER, error_record
+
+    def line(ident, exc):
+        try:
+            raise exc
+        except ValueError as caught:
+            return ERROR_MARKER + json.dumps(error_record(caught, ident, "train()"))
+
+    ranked = line({"rank": 3, "host": "algo-2", "world_size": 4}, ValueError("rank 3"))
+    events = [LogEvent(1.0, "algo-1", f"[1,3]<stderr>: {ranked}")]
+    error = first_failure(error_records(events), "job", "training")
+    assert (error.host, error.rank) == ("algo-2", 3) and "rank 3 on algo-2" in str(error)
+    assert "Traceback on algo-2:" in str(error)
+
+    rankless = line({"rank": None, "host": "ip-10-0-1-17"}, ValueError("no resource config"))
+    error = first_failure(error_records([LogEvent(1.0, "algo-2", rankless)]), "job", "training")
+    assert error.host == "algo-2" and "rank None on algo-2" in str(error)
