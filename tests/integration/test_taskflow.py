@@ -64,6 +64,16 @@ def fail_on_rank_3(seconds: float):
     return "rank 0 survived"
 
 
+def rank_and_world(base: int):
+    import socket
+
+    from airflow_smdist.runtime import cluster
+
+    c = cluster()
+    # each rank returns a different value; only global rank 0's may reach XCom
+    return {"rank": c.rank, "world": c.world_size, "value": base + 100 * c.rank, "host": socket.gethostname()}
+
+
 def sleeper(seconds: float):
     import time
 
@@ -351,3 +361,16 @@ def test_under_mpi_a_function_raising_on_rank_3_fails_the_task_naming_its_own_ho
     log = capsys.readouterr().out + caplog.text
     assert "Traceback on algo-2:" in log and "in fail_on_rank_3" in log  # in the task log
     assert "on algo-1" not in message.split("later failure")[0]
+
+
+@needs_mpi_hosts
+def test_under_mpi_only_global_rank_0s_value_reaches_xcom(tmp_path, local_root):
+    op = training(tmp_path, rank_and_world, 7, distribution=MPI_2X2)
+    value = op.execute(context(f"run-{uuid.uuid4().hex}"))
+    # ranks 1..3 returned 107, 207, 307 (ranks 2 and 3 on algo-2); only global rank 0's value comes back
+    assert value == {"rank": 0, "world": 4, "value": 7, "host": "algo-1"}
+    job = LocalBackend(local_root).list_jobs("training")[0]["TrainingJobName"]
+    lines = "".join(e.message for e in LocalBackend(local_root).log_events("training", job)[0])
+    for rank, host in ((1, "algo-1"), (2, "algo-2"), (3, "algo-2")):
+        assert f"smdist: calling rank_and_world() on {host} (rank {rank} of 4)" in lines
+        assert f"smdist: rank {rank} returned; only global rank 0's return value becomes the task's result" in lines
