@@ -31,6 +31,49 @@ def test_the_runner_shipped_into_jobs_parses_on_the_oldest_image_python(rel):
         ast.parse(f.read(), filename=rel, feature_version=(3, 8))
 
 
+def pickled_function(x):
+    return x + 1
+
+
+def test_the_job_side_pickle_check_refuses_another_python_or_cloudpickle(tmp_path):
+    """serializer="cloudpickle": the payload records the client's Python and cloudpickle, and the runner in the
+    job refuses to unpickle under a different one (a clear RuntimeMismatch, not a broken unpickle)."""
+    import json
+    import sys
+
+    import cloudpickle
+
+    from airflow_smdist.decorators.payload import write_payload
+    from airflow_smdist.runtime.function import (
+        PAYLOAD_JSON,
+        RuntimeMismatch,
+        check_pickle_runtime,
+        load_function,
+        load_payload,
+    )
+
+    write_payload(tmp_path, function=pickled_function, args=[1], kwargs={}, serializer="cloudpickle",
+                  requirements=None, max_result_bytes=1000, kind="training")
+    recorded = json.loads((tmp_path / PAYLOAD_JSON).read_text())
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert recorded["client"]["python"] == here
+    assert recorded["client"]["cloudpickle"] == cloudpickle.__version__
+    payload = load_payload(str(tmp_path))
+    check_pickle_runtime(payload)  # the same Python and cloudpickle: accepted
+    function, args, kwargs = load_function(str(tmp_path), payload)
+    assert function(*args, **kwargs) == 2
+
+    other_python = {**payload, "client": {**payload["client"], "python": "3.7"}}
+    with pytest.raises(RuntimeMismatch, match=rf"pickled by Python 3\.7 but the job runs Python {here}.*py_version"):
+        check_pickle_runtime(other_python)
+    with pytest.raises(RuntimeMismatch, match="pickled by Python 3.7"):
+        load_function(str(tmp_path), other_python)  # checked before anything is unpickled
+    other_cloudpickle = {**payload, "client": {**payload["client"], "cloudpickle": "0.0.1"}}
+    with pytest.raises(RuntimeMismatch, match=rf"job has cloudpickle {cloudpickle.__version__}, the client "
+                                              r"pickled with 0\.0\.1"):
+        check_pickle_runtime(other_cloudpickle)
+
+
 def test_a_failure_is_placed_on_the_ranks_own_host_and_on_the_log_stream_without_a_rank():
     """mpirun on algo-1 relays rank 3's record (ranks 2-3 ran on algo-2); a record without a rank (the runner
     failed before it knew its place, its host is only the machine's name) takes the host of its log stream."""
