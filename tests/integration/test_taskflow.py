@@ -74,6 +74,17 @@ def rank_and_world(base: int):
     return {"rank": c.rank, "world": c.world_size, "value": base + 100 * c.rank, "host": socket.gethostname()}
 
 
+def returns_a_set():
+    return {1, 2}
+
+
+def raises_late(seconds: float):
+    import time
+
+    time.sleep(seconds)
+    raise ZeroDivisionError("deferred and failed")
+
+
 def sleeper(seconds: float):
     import time
 
@@ -374,3 +385,43 @@ def test_under_mpi_only_global_rank_0s_value_reaches_xcom(tmp_path, local_root):
     for rank, host in ((1, "algo-1"), (2, "algo-2"), (3, "algo-2")):
         assert f"smdist: calling rank_and_world() on {host} (rank {rank} of 4)" in lines
         assert f"smdist: rank {rank} returned; only global rank 0's return value becomes the task's result" in lines
+
+
+def test_a_non_json_return_value_fails_the_task_with_the_runners_error_and_the_fix(tmp_path, local_root):
+    op = training(tmp_path, returns_a_set, instance_count=1)
+    with pytest.raises(SmdistFunctionError) as info:
+        op.execute(context(f"run-{uuid.uuid4().hex}"))
+    assert info.value.exception_type == "ResultNotJSON" and info.value.rank == 0
+    message = str(info.value)
+    assert "returns_a_set() raised ResultNotJSON on rank 0 on algo-1" in message
+    assert "the return value of returns_a_set() is not JSON" in message
+    assert "write large or binary data to S3 and return its URI" in message  # the fix
+
+
+def test_a_deferred_run_whose_function_raises_fails_with_its_exception_type(tmp_path, local_root):
+    import asyncio
+
+    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk.exceptions import TaskDeferred
+    else:
+        from airflow.exceptions import TaskDeferred
+
+    def make():
+        return training(tmp_path, raises_late, 1, instance_count=1, deferrable=True)
+
+    ctx = context(f"run-{uuid.uuid4().hex}")
+    with pytest.raises(TaskDeferred) as deferred:
+        make().execute(ctx)
+
+    async def first_event():
+        async for event in deferred.value.trigger.run():
+            return event
+
+    event = asyncio.run(asyncio.wait_for(first_event(), 120))
+    with pytest.raises(SmdistFunctionError) as info:
+        make().execute_complete(ctx, event.payload)  # the triggerer resumes a fresh operator object
+    assert info.value.exception_type == "ZeroDivisionError" and info.value.host == "algo-1"
+    assert "raises_late() raised ZeroDivisionError on rank 0 on algo-1" in str(info.value)
+    assert "deferred and failed" in info.value.remote_traceback
