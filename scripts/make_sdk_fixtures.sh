@@ -12,6 +12,7 @@ TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 "$UV" venv -q -p "$PY" "$TMP/venv"
 VIRTUAL_ENV="$TMP/venv" "$UV" pip install -q "sagemaker==$VERSION"
-SAGEMAKER_DISABLE_TELEMETRY=1 SAGEMAKER_SUPPRESS_V2_WARNING=1 \
-  "$TMP/venv/bin/python" scripts/sdk_fixtures_v2.py tests/fixtures/sdk_v2_requests.json
+# Offline: the script opts out of the SDK's telemetry itself (SAGEMAKER_DISABLE_TELEMETRY does not stop
+# 2.257.7's emitter) and fails if the SDK tries to reach any host.
+SAGEMAKER_SUPPRESS_V2_WARNING=1 "$TMP/venv/bin/python" scripts/sdk_fixtures_v2.py tests/fixtures/sdk_v2_requests.json
 echo "wrote tests/fixtures/sdk_v2_requests.json with sagemaker==$VERSION"

@@ -11,6 +11,12 @@ installed SDK 3 cannot be the oracle (its v2 estimators and HyperparameterTuner 
 * PyTorch with SMP v2 (torch_distributed + smdistributed.modelparallel): the smdistributed-modelparallel image;
 * FrameworkProcessor with ``source_dir`` + ``code`` (+ requirements.txt): sourcedir.tar.gz and runproc.sh.
 
+The script runs offline: the SDK's telemetry is opted out through its own setting (``TelemetryOptOut`` in the
+session's SDK-defaults config, which also keeps any local ``config.yaml`` from changing the requests; the
+``SAGEMAKER_DISABLE_TELEMETRY`` variable does not stop 2.257.7's emitter) and its sender is replaced by one
+that only records a try; the EC2 metadata service is switched off; and any name lookup of a host, or a
+telemetry try, fails the run.
+
 Output: one JSON file (argument 1) with the SDK version, the source files used and, per case, the request
 and the uploaded objects (text for runproc.sh, the member list and texts for a .tar.gz).
 """
@@ -20,13 +26,27 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import sys
 import tarfile
 import tempfile
 
-import boto3
-import sagemaker
-from sagemaker.session import Session
+NETWORK: list[str] = []  # hosts the SDK tried to reach, and telemetry sends (the run fails if any)
+
+
+def _offline(host, *_args, **_kwargs):
+    NETWORK.append(str(host))
+    raise socket.gaierror(f"sdk_fixtures_v2 runs offline: no lookup of {host}")
+
+
+# Before boto3/sagemaker are imported: no EC2 metadata lookups (the SDK's default sessions look for a
+# region), and any name lookup fails.
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+socket.getaddrinfo = _offline
+
+import boto3  # noqa: E402
+import sagemaker  # noqa: E402
+from sagemaker.session import Session  # noqa: E402
 
 REGION = "us-east-1"
 BUCKET = "sdk-fixtures"
@@ -40,6 +60,19 @@ SOURCES = {
 
 CALLS: list[tuple[str, dict]] = []
 UPLOADS: dict[str, bytes] = {}
+#: The SDK's own opt-out (``SageMaker.PythonSDK.Modules.TelemetryOptOut``), as the session's whole config.
+SDK_CONFIG = {"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}
+
+
+def _no_telemetry(*_args, **_kwargs):
+    NETWORK.append("telemetry")
+
+
+def no_telemetry() -> None:
+    """Telemetry is opted out (``SDK_CONFIG``); should the SDK still try, its sender only records the try."""
+    from sagemaker.telemetry import telemetry_logging
+
+    telemetry_logging._send_telemetry_request = _no_telemetry
 
 
 def _http():
@@ -59,7 +92,7 @@ def session() -> Session:
     for client in (sm, s3):
         client.meta.events.register("provide-client-params.sagemaker.*", _capture_params)
         client.meta.events.register("before-call.*.*", _answer_call)
-    sess = Session(boto_session=boto_session, sagemaker_client=sm, default_bucket=BUCKET)
+    sess = Session(boto_session=boto_session, sagemaker_client=sm, default_bucket=BUCKET, sagemaker_config=SDK_CONFIG)
     sess.s3_client = s3
     sess.s3_resource = boto_session.resource("s3")
     sess.s3_resource.meta.client.meta.events.register("before-call.*.*", _answer_call)
@@ -115,6 +148,7 @@ def main(path: str) -> None:
     from sagemaker.tensorflow import TensorFlow
     from sagemaker.tuner import HyperparameterTuner
 
+    no_telemetry()
     src = tempfile.mkdtemp()
     for rel, text in SOURCES.items():
         with open(os.path.join(src, rel), "w") as f:
@@ -174,6 +208,8 @@ def main(path: str) -> None:
     for name, fn in (("tf_training", tf_training), ("tf_mpi", tf_mpi), ("tf_tuning", tf_tuning),
                      ("smp_v2", smp_v2), ("framework_processor", framework_processor)):
         run_case(name, fn, out)
+    if NETWORK:
+        raise SystemExit(f"the SDK tried to reach the network (telemetry or a host): {NETWORK}")
     doc = {"sdk": f"sagemaker=={sagemaker.__version__}", "region": REGION, "bucket": BUCKET, "role": ROLE,
            "sources": SOURCES, "cases": out}
     with open(path, "w") as f:
