@@ -8,6 +8,8 @@ installed SDK 3 cannot be the oracle (its v2 estimators and HyperparameterTuner 
 
 * TensorFlow training (plain, and with MPI): the ``model_dir`` hyperparameter;
 * a TensorFlow tuning job with a categorical range of numbers: ``model_dir`` and the categorical encoding;
+* a tuning job of the user's own image in script mode (plain ``Estimator`` with ``image_uri`` + ``entry_point``):
+  categorical values sent as their plain text (only Framework estimators JSON-encode them);
 * PyTorch with SMP v2 (torch_distributed + smdistributed.modelparallel): the smdistributed-modelparallel image;
 * FrameworkProcessor with ``source_dir`` + ``code`` (+ requirements.txt): sourcedir.tar.gz and runproc.sh.
 
@@ -51,6 +53,7 @@ from sagemaker.session import Session  # noqa: E402
 REGION = "us-east-1"
 BUCKET = "sdk-fixtures"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+OWN_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own-trainer:1"
 SOURCES = {
     "train.py": "import argparse\nprint('train')\n",
     "util.py": "X = 1\n",
@@ -143,6 +146,7 @@ def main(path: str) -> None:
         ContinuousParameter,
         IntegerParameter,
     )
+    from sagemaker.estimator import Estimator
     from sagemaker.processing import FrameworkProcessor, ProcessingOutput
     from sagemaker.pytorch import PyTorch
     from sagemaker.tensorflow import TensorFlow
@@ -185,6 +189,20 @@ def main(path: str) -> None:
                             ).fit({"train": f"s3://{BUCKET}/data/train"}, job_name="tf-tune", wait=False)
         return "CreateHyperParameterTuningJob"
 
+    def generic_tuning():
+        est = Estimator(image_uri=OWN_IMAGE, entry_point="train.py", source_dir=src, role=ROLE,
+                        output_path=f"s3://{BUCKET}/out", sagemaker_session=sess, instance_type="ml.c5.xlarge",
+                        instance_count=1, hyperparameters={"epochs": 3, "optimizer": "adam", "schedule": "cosine"},
+                        metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}])
+        HyperparameterTuner(est, objective_metric_name="loss", objective_type="Minimize", max_jobs=4,
+                            max_parallel_jobs=2, strategy="Random",
+                            metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+                            hyperparameter_ranges={"batch_size": CategoricalParameter([32, 64]),
+                                                   "optimizer": CategoricalParameter(["adam", "sgd"]),
+                                                   "lr": ContinuousParameter(0.001, 0.1)},
+                            ).fit({"train": f"s3://{BUCKET}/data/train"}, job_name="own-tune", wait=False)
+        return "CreateHyperParameterTuningJob"
+
     def smp_v2():
         PyTorch(entry_point="train.py", source_dir=src, framework_version="2.3.0", py_version="py310", role=ROLE,
                 output_path=f"s3://{BUCKET}/out", sagemaker_session=sess, instance_type="ml.p4d.24xlarge",
@@ -206,7 +224,8 @@ def main(path: str) -> None:
         return "CreateProcessingJob"
 
     for name, fn in (("tf_training", tf_training), ("tf_mpi", tf_mpi), ("tf_tuning", tf_tuning),
-                     ("smp_v2", smp_v2), ("framework_processor", framework_processor)):
+                     ("generic_tuning", generic_tuning), ("smp_v2", smp_v2),
+                     ("framework_processor", framework_processor)):
         run_case(name, fn, out)
     if NETWORK:
         raise SystemExit(f"the SDK tried to reach the network (telemetry or a host): {NETWORK}")

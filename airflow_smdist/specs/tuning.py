@@ -139,14 +139,18 @@ def _get(spec: dict[str, Any], key: str) -> Any:
     return None
 
 
-def encode_categorical(value: Any, script_mode: bool) -> str:
-    """A categorical value as the SageMaker SDK v2 sends it. ``CategoricalParameter`` turns every value into
-    its ``str`` first; for script mode (Framework estimators) ``as_json_range`` then JSON-encodes that string,
-    so ``32`` is sent as ``"\\"32\\""`` and ``"adam"`` as ``"\\"adam\\""``: the training toolkit json-decodes
-    every hyperparameter, and the trial's script receives the *string* ``32`` (as with the SDK). Otherwise
-    (built-in algorithms, own images) the plain text is sent (``"32"``; booleans as ``"true"``/``"false"``,
-    as this project sends static hyperparameters to them)."""
-    if script_mode:
+def encode_categorical(value: Any, framework: bool) -> str:
+    """A categorical value as the SageMaker SDK v2's ``HyperparameterTuner`` sends it. ``CategoricalParameter``
+    turns every value into its ``str`` first; only for Framework estimators (``framework=`` here: a Deep
+    Learning Container, e.g. ``PyTorch``, ``TensorFlow``) does the tuner then JSON-encode that string
+    (``as_json_range``), so ``32`` is sent as ``"\\"32\\""`` and ``"adam"`` as ``"\\"adam\\""``: the training
+    toolkit json-decodes every hyperparameter, and the trial's script receives the *string* ``32``. For every
+    other estimator the plain text is sent (``"32"``, ``"adam"``): built-in algorithms, and the user's own image
+    (``image_uri``) even in script mode with an ``entry_point`` (the SDK's plain ``Estimator``, whose static
+    hyperparameters are still JSON-encoded), where the toolkit decodes ``"32"`` to the number 32. Booleans are
+    sent as ``"true"``/``"false"`` there (the SDK sends ``"True"``), as this project sends static
+    hyperparameters to built-in algorithms."""
+    if framework:
         return json.dumps(value if isinstance(value, str) else str(value))
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -168,13 +172,14 @@ def _numeric_entry(name: str, spec: dict[str, Any], kind: str, where: str) -> di
     return entry
 
 
-def parameter_ranges(ranges: dict[str, Any], *, script_mode: bool) -> dict[str, list[dict[str, Any]]]:
+def parameter_ranges(ranges: dict[str, Any], *, framework: bool) -> dict[str, list[dict[str, Any]]]:
     """``{"learning_rate": {"type": "continuous", "min": 1e-3, "max": 0.3, "scaling": "Logarithmic"},
     "max_depth": {"type": "integer", "min": 2, "max": 8}, "loss": ["squared_error", "huber"]}`` -> the
     API's ``ParameterRanges``. A list is a categorical range; a dict without ``type`` is an integer range
     when both bounds are integers, else continuous. ``min_value``/``max_value``/``scaling_type`` (the SDK's
     names) are accepted too. A dict that already has the API's keys (``IntegerParameterRanges``, ...) is
-    taken as it is."""
+    taken as it is. ``framework``: the trials run a framework's image (``framework=``), whose categorical values
+    are JSON-encoded (see :func:`encode_categorical`)."""
     ranges = as_mapping(ranges, "hyperparameter_ranges", "{'learning_rate': {'type': 'continuous', 'min': 0.001, "
                         "'max': 0.3}}")
     if not ranges:
@@ -219,7 +224,7 @@ def parameter_ranges(ranges: dict[str, Any], *, script_mode: bool) -> dict[str, 
             if not isinstance(values, (list, tuple)) or not values:
                 raise SpecError(f"{where}.values", "a categorical range needs a non-empty list of values.",
                                 "give e.g. ['adam', 'sgd'].")
-            entry = {"Name": name, "Values": [encode_categorical(v, script_mode) for v in values]}
+            entry = {"Name": name, "Values": [encode_categorical(v, framework) for v in values]}
         else:
             entry = _numeric_entry(name, spec, kind, where)
         out.setdefault(RANGE_KINDS[kind], []).append(entry)
@@ -615,8 +620,9 @@ def build_tuning(
 
     training = build_training(job_name=job_name, tags=None, allow_local_uris=allow_local_uris, **training_args)
     train_req = training.request
-    script_mode = "sagemaker_program" in (train_req.get("HyperParameters") or {})
-    ranges = parameter_ranges(hyperparameter_ranges, script_mode=script_mode)
+    # as the SDK's tuner: JSON-encoded categorical values for Framework estimators only, not for a plain
+    # Estimator of the user's own image even in script mode (entry_point)
+    ranges = parameter_ranges(hyperparameter_ranges, framework=bool(training_args.get("framework")))
     tuned = tuned_names(ranges)
     fixed_by_builder = [n for n in tuned if n.startswith("sagemaker_")]
     if fixed_by_builder:

@@ -261,7 +261,8 @@ def test_grid_covers_the_grid_exactly_and_describe_has_the_api_shape(backend, tm
     d = wait(backend, "tuning", name)
     assert d["HyperParameterTuningJobStatus"] == "Completed"
     listed = trials(backend, name)
-    # categorical values reach the trials as the text of each value, JSON-encoded ("\"0.03\""), as with the SDK
+    # categorical values reach the trials as the text of each value ("0.03"), as the SDK sends them for the
+    # user's own image
     seen = [(float(json.loads(s["TunedHyperParameters"]["learning_rate"])),
              int(json.loads(s["TunedHyperParameters"]["depth"]))) for s in listed]
     expected = {(lr, depth) for lr in grid["learning_rate"] for depth in grid["depth"]}

@@ -17,6 +17,7 @@ import pytest
 from airflow_smdist.specs.training import build_training
 from airflow_smdist.specs.tuning import build_tuning
 
+OWN_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own-trainer:1"  # scripts/sdk_fixtures_v2.py's
 FIXTURES = json.loads((pathlib.Path(__file__).parents[1] / "fixtures" / "sdk_v2_requests.json").read_text())
 ROLE, BUCKET, REGION = FIXTURES["role"], FIXTURES["bucket"], FIXTURES["region"]
 
@@ -30,6 +31,8 @@ def sdk_request(case: str) -> dict:
       from a tuning job (``HyperparameterTuner.attach``);
     * ``HyperParameterTuningResourceConfig``: the tuner moves ``ResourceConfig`` there; SageMaker takes both
       shapes, and the training definition keeps the training job's ``ResourceConfig`` here;
+    * an empty list of one kind of parameter range (``"IntegerParameterRanges": []``): the tuner sends all three
+      kinds; the builder sends the kinds it has, which SageMaker reads the same;
     * ``AppManaged: false``: the API default, which SDK 3 (the live oracle of the other processing tests)
       no longer sends.
     """
@@ -40,8 +43,11 @@ def sdk_request(case: str) -> dict:
     definition = request.get("TrainingJobDefinition")
     if definition:
         for key in ("sagemaker_estimator_class_name", "sagemaker_estimator_module"):
-            definition["StaticHyperParameters"].pop(key)
+            definition["StaticHyperParameters"].pop(key, None)
         definition["ResourceConfig"] = definition.pop("HyperParameterTuningResourceConfig")
+        ranges = request["HyperParameterTuningJobConfig"]["ParameterRanges"]
+        for kind in [k for k, v in ranges.items() if v == []]:
+            del ranges[kind]
     for entry in request.get("ProcessingInputs", []) + request.get("ProcessingOutputConfig", {}).get("Outputs", []):
         if entry.get("AppManaged") is False:
             del entry["AppManaged"]
@@ -101,6 +107,26 @@ def test_tensorflow_tuning_matches_the_sdk_tuner(source_dir):
     (batch,) = [r for r in ours["HyperParameterTuningJobConfig"]["ParameterRanges"]["CategoricalParameterRanges"]
                 if r["Name"] == "batch_size"]
     assert batch["Values"] == ['"32"', '"64"']
+
+
+def test_own_image_tuning_sends_categorical_values_as_plain_text(source_dir):
+    """The user's own image in script mode (the SDK's plain ``Estimator`` with ``image_uri`` + ``entry_point``):
+    the static hyperparameters are JSON-encoded (script mode), the categorical values are not (``"32"``): the
+    tuner JSON-encodes them only for Framework estimators (``framework=`` here)."""
+    ours = build_tuning(role=ROLE, output_path=f"s3://{BUCKET}/out", code_location=f"s3://{BUCKET}",
+                        job_name="own-tune", entry_point="train.py", source_dir=source_dir, image_uri=OWN_IMAGE,
+                        instance_type="ml.c5.xlarge", instance_count=1,
+                        hyperparameters={"epochs": 3, "optimizer": "adam", "schedule": "cosine"},
+                        inputs={"train": f"s3://{BUCKET}/data/train"}, region=REGION, allow_local_uris=False,
+                        metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+                        objective_metric_name="loss", objective_type="Minimize", max_jobs=4, max_parallel_jobs=2,
+                        strategy="Random",
+                        hyperparameter_ranges={"batch_size": [32, 64], "optimizer": ["adam", "sgd"],
+                                               "lr": {"type": "continuous", "min": 0.001, "max": 0.1}}).request
+    assert ours == sdk_request("generic_tuning")
+    categorical = ours["HyperParameterTuningJobConfig"]["ParameterRanges"]["CategoricalParameterRanges"]
+    assert [r["Values"] for r in categorical] == [["32", "64"], ["adam", "sgd"]]
+    assert ours["TrainingJobDefinition"]["StaticHyperParameters"]["schedule"] == '"cosine"'
 
 
 def test_smp_v2_runs_in_the_model_parallelism_image(source_dir):

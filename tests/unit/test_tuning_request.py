@@ -72,8 +72,9 @@ def test_request_is_the_training_job_plus_the_search_and_passes_botocore():
         "ContinuousParameterRanges": [{"Name": "learning_rate", "MinValue": "0.001", "MaxValue": "0.5",
                                        "ScalingType": "Logarithmic"}],
         "IntegerParameterRanges": [{"Name": "max_depth", "MinValue": "2", "MaxValue": "8", "ScalingType": "Auto"}],
-        # script mode: categorical values JSON-encoded, as the SDK does for Framework estimators
-        "CategoricalParameterRanges": [{"Name": "loss", "Values": ['"squared_error"', '"huber"']}],
+        # the user's own image (image_uri), even in script mode: plain text, as the SDK's tuner sends for a
+        # plain Estimator (only Framework estimators JSON-encode them: test_sdk_v2_parity)
+        "CategoricalParameterRanges": [{"Name": "loss", "Values": ["squared_error", "huber"]}],
     }
     assert req["Tags"] == [{"Key": "team", "Value": "ml"}]  # on the tuning job; SageMaker propagates them
     assert plan.source_dir == "/src" and plan.source_uri == "s3://bucket/out/hpo-1/source/sourcedir.tar.gz"
@@ -119,8 +120,13 @@ def test_grid_computes_the_number_of_combinations():
     assert plan.combinations == 6 and cfg["ResourceLimits"]["MaxNumberOfTrainingJobs"] == 6
     combos = grid_combinations(cfg["ParameterRanges"])
     assert len(combos) == 6 and len({json.dumps(c, sort_keys=True) for c in combos}) == 6
-    # script mode: the JSON encoding of each value's text, as the SDK's CategoricalParameter.as_json_range
-    assert {c["learning_rate"] for c in combos} == {'"0.01"', '"0.1"', '"0.3"'}
+    # the user's own image: each value's text (test_sdk_v2_parity compares both encodings with the SDK's)
+    assert {c["learning_rate"] for c in combos} == {"0.01", "0.1", "0.3"}
+    framework = tune(strategy="Grid", hyperparameter_ranges=ranges, max_jobs=None, image_uri=None,
+                     framework="pytorch", framework_version="2.5.1", py_version="py311")
+    framework_combos = grid_combinations(framework.request["HyperParameterTuningJobConfig"]["ParameterRanges"])
+    # a framework's image (the SDK's Framework estimators): the JSON encoding of each value's text
+    assert {c["learning_rate"] for c in framework_combos} == {'"0.01"', '"0.1"', '"0.3"'}
     assert tune(strategy="Grid", hyperparameter_ranges=ranges, max_jobs=6).request == plan.request
 
 
@@ -128,16 +134,16 @@ def test_range_shorthands_and_the_sdk_names():
     r = parameter_ranges({"a": {"min": 1, "max": 5}, "b": {"min": 0.1, "max": 1}, "c": ("x", "y"),
                           "d": {"min_value": "1e-4", "max_value": "1e-1", "scaling_type": "Logarithmic"},
                           "e": {"values": [1, 2]}, "f": {"type": "continuous", "min": 0.9, "max": 0.999,
-                                                          "scaling": "reverselogarithmic"}}, script_mode=False)
+                                                          "scaling": "reverselogarithmic"}}, framework=False)
     assert r["IntegerParameterRanges"] == [{"Name": "a", "MinValue": "1", "MaxValue": "5", "ScalingType": "Auto"}]
     assert [x["Name"] for x in r["ContinuousParameterRanges"]] == ["b", "d", "f"]
     assert r["ContinuousParameterRanges"][1] == {"Name": "d", "MinValue": "1e-4", "MaxValue": "1e-1",
                                                  "ScalingType": "Logarithmic"}
     assert r["ContinuousParameterRanges"][2]["ScalingType"] == "ReverseLogarithmic"
-    # not script mode (built-in algorithms): plain strings
+    # not a framework's image (built-in algorithms, own images): plain strings
     assert r["CategoricalParameterRanges"] == [{"Name": "c", "Values": ["x", "y"]}, {"Name": "e", "Values": ["1", "2"]}]
     api = {"IntegerParameterRanges": [{"Name": "k", "MinValue": "1", "MaxValue": "3"}]}
-    assert parameter_ranges(api, script_mode=True) == api
+    assert parameter_ranges(api, framework=True) == api
 
 
 def test_the_definition_keeps_spot_vpc_and_distribution():
