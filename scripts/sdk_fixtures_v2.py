@@ -11,6 +11,7 @@ installed SDK 3 cannot be the oracle (its v2 estimators and HyperparameterTuner 
 * a tuning job of the user's own image in script mode (plain ``Estimator`` with ``image_uri`` + ``entry_point``):
   categorical values sent as their plain text (only Framework estimators JSON-encode them);
 * PyTorch with SMP v2 (torch_distributed + smdistributed.modelparallel): the smdistributed-modelparallel image;
+* PyTorch with torch_distributed (torchrun) and with MPI: the distribution hyperparameters and channels;
 * FrameworkProcessor with ``source_dir`` + ``code`` (+ requirements.txt): sourcedir.tar.gz and runproc.sh.
 
 The script runs offline: the SDK's telemetry is opted out through its own setting (``TelemetryOptOut`` in the
@@ -147,6 +148,7 @@ def main(path: str) -> None:
         IntegerParameter,
     )
     from sagemaker.estimator import Estimator
+    from sagemaker.inputs import TrainingInput
     from sagemaker.processing import FrameworkProcessor, ProcessingOutput
     from sagemaker.pytorch import PyTorch
     from sagemaker.tensorflow import TensorFlow
@@ -203,6 +205,26 @@ def main(path: str) -> None:
                             ).fit({"train": f"s3://{BUCKET}/data/train"}, job_name="own-tune", wait=False)
         return "CreateHyperParameterTuningJob"
 
+    def pytorch(job_name, distribution, **kw):
+        PyTorch(entry_point="train.py", source_dir=src, framework_version="2.5.1", py_version="py311", role=ROLE,
+                output_path=f"s3://{BUCKET}/out", sagemaker_session=sess, instance_count=2,
+                distribution=distribution, **kw,
+                ).fit({"train": TrainingInput(f"s3://{BUCKET}/data/train", distribution="ShardedByS3Key",
+                                              input_mode="FastFile"),
+                       "validation": f"s3://{BUCKET}/data/val"}, job_name=job_name, wait=False, logs=False)
+        return "CreateTrainingJob"
+
+    def pytorch_torchrun():
+        return pytorch("pt-torchrun", {"torch_distributed": {"enabled": True}}, instance_type="ml.g5.12xlarge",
+                       hyperparameters={"epochs": 3, "lr": 0.1, "optimizer": "adam", "amp": True},
+                       checkpoint_s3_uri=f"s3://{BUCKET}/ckpt",
+                       metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}])
+
+    def pytorch_mpi():
+        return pytorch("pt-mpi", {"mpi": {"enabled": True, "processes_per_host": 8,
+                                          "custom_mpi_options": "-verbose"}},
+                       instance_type="ml.p4d.24xlarge", hyperparameters={"epochs": 3})
+
     def smp_v2():
         PyTorch(entry_point="train.py", source_dir=src, framework_version="2.3.0", py_version="py310", role=ROLE,
                 output_path=f"s3://{BUCKET}/out", sagemaker_session=sess, instance_type="ml.p4d.24xlarge",
@@ -224,8 +246,8 @@ def main(path: str) -> None:
         return "CreateProcessingJob"
 
     for name, fn in (("tf_training", tf_training), ("tf_mpi", tf_mpi), ("tf_tuning", tf_tuning),
-                     ("generic_tuning", generic_tuning), ("smp_v2", smp_v2),
-                     ("framework_processor", framework_processor)):
+                     ("generic_tuning", generic_tuning), ("smp_v2", smp_v2), ("pytorch_torchrun", pytorch_torchrun),
+                     ("pytorch_mpi", pytorch_mpi), ("framework_processor", framework_processor)):
         run_case(name, fn, out)
     if NETWORK:
         raise SystemExit(f"the SDK tried to reach the network (telemetry or a host): {NETWORK}")

@@ -129,6 +129,32 @@ def test_own_image_tuning_sends_categorical_values_as_plain_text(source_dir):
     assert ours["TrainingJobDefinition"]["StaticHyperParameters"]["schedule"] == '"cosine"'
 
 
+def pytorch(source_dir, **kwargs):
+    return build_training(role=ROLE, output_path=f"s3://{BUCKET}/out", code_location=f"s3://{BUCKET}",
+                          entry_point="train.py", source_dir=source_dir, framework="pytorch", framework_version="2.5.1",
+                          py_version="py311", instance_count=2, region=REGION, allow_local_uris=False,
+                          inputs={"train": {"s3_uri": f"s3://{BUCKET}/data/train", "distribution": "ShardedByS3Key",
+                                            "input_mode": "FastFile"},
+                                  "validation": f"s3://{BUCKET}/data/val"}, **kwargs).request
+
+
+def test_pytorch_torchrun_matches_the_sdk(source_dir):
+    """PyTorch with ``torch_distributed`` (torchrun): hyperparameters (every value JSON-encoded), the
+    distribution's, a sharded FastFile channel beside a replicated one, the checkpoint and metrics."""
+    ours = pytorch(source_dir, job_name="pt-torchrun", instance_type="ml.g5.12xlarge",
+                   distribution={"torch_distributed": {"enabled": True}},
+                   hyperparameters={"epochs": 3, "lr": 0.1, "optimizer": "adam", "amp": True},
+                   checkpoint_s3_uri=f"s3://{BUCKET}/ckpt",
+                   metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}])
+    assert ours == sdk_request("pytorch_torchrun")
+
+
+def test_pytorch_mpi_matches_the_sdk(source_dir):
+    ours = pytorch(source_dir, job_name="pt-mpi", instance_type="ml.p4d.24xlarge", hyperparameters={"epochs": 3},
+                   distribution={"mpi": {"enabled": True, "processes_per_host": 8, "custom_mpi_options": "-verbose"}})
+    assert ours == sdk_request("pytorch_mpi")
+
+
 def test_smp_v2_runs_in_the_model_parallelism_image(source_dir):
     distribution = {"torch_distributed": {"enabled": True},
                     "smdistributed": {"modelparallel": {"enabled": True, "parameters": {"hybrid_shard_degree": 8}}}}

@@ -21,7 +21,9 @@ def script(**kw):
     return build_training(**args)
 
 
-def test_script_mode_request_matches_the_sdk():
+def test_script_mode_request_fields():
+    """Where each argument of a torch_distributed script-mode job lands, written out by hand; the comparison
+    with the SDK's own request for the same intent is test_sdk_v2_parity.test_pytorch_torchrun_matches_the_sdk."""
     plan = script(hyperparameters={"epochs": 3, "lr": 0.1, "optimizer": "adam", "amp": True},
                   inputs={"train": {"s3_uri": "s3://bucket/train", "distribution": "ShardedByS3Key",
                                     "input_mode": "FastFile"},
@@ -34,7 +36,7 @@ def test_script_mode_request_matches_the_sdk():
         "TrainingImage": "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311",
         "TrainingInputMode": "File", "MetricDefinitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]}
     hps = req["HyperParameters"]
-    # every value JSON-encoded, as SDK v2 framework estimators send them
+    # every value JSON-encoded (script mode)
     assert hps["epochs"] == "3" and hps["lr"] == "0.1" and hps["optimizer"] == '"adam"' and hps["amp"] == "true"
     assert hps["sagemaker_program"] == '"train.py"'
     assert json.loads(hps["sagemaker_submit_directory"]) == "s3://bucket/out/job-1/source/sourcedir.tar.gz"
