@@ -31,6 +31,9 @@ from typing import Any
 IDLE_CPU_PERCENT = 10.0
 #: hosts whose read bytes differ more than this (1 - min/max) are uneven
 UNEVEN_READ_FRACTION = 0.2
+#: differences in reads are about the data only where each host's channel data is at least this share of the
+#: least host's reads (the rest is imports and the like)
+CHANNEL_SHARE_OF_READS = 0.5
 #: hosts idle more than this fraction of their samples are reported
 IDLE_FRACTION_REPORTED = 0.3
 #: a lower-is-better metric that ends above this multiple of its best value, and above its first, diverged
@@ -174,7 +177,7 @@ def _host_summary(samples: list[dict], duration: float) -> dict[str, Any]:
     if cpu:
         out["cpu_mean_percent"] = round(sum(cpu) / len(cpu), 1)
         out["idle_fraction"] = round(sum(1 for c in cpu if c < IDLE_CPU_PERCENT) / len(cpu), 3)
-    for key in ("read_bytes", "write_bytes", "cpu_seconds"):
+    for key in ("read_bytes", "write_bytes", "cpu_seconds", "channel_bytes", "channels"):
         if key in last:
             out[key] = last[key]
     if "rss_bytes" in last:
@@ -195,20 +198,63 @@ def summarize_hosts(samples: list[dict], t0: float, duration: float) -> dict[str
     return {host: _host_summary(rows, duration) for host, rows in sorted(by_host.items())}
 
 
+def _mb(value: float) -> str:
+    return f"{value / 1e6:.1f} MB"
+
+
+def _idle_text(host: dict[str, Any]) -> str:
+    idle = host.get("idle_fraction")
+    return f" and was idle {idle:.0%} of the time" if idle is not None and idle >= 0.1 else ""
+
+
+def _uneven(values: dict[str, Any]) -> tuple[str, str, float] | None:
+    """(least, most, 1 - least/most) when the hosts' values differ by more than UNEVEN_READ_FRACTION."""
+    values = {h: v for h, v in values.items() if v is not None}
+    if len(values) < 2 or max(values.values()) <= 0:
+        return None
+    most = max(values, key=lambda h: values[h])
+    least = min(values, key=lambda h: values[h])
+    fewer = 1 - values[least] / values[most]
+    return (least, most, fewer) if fewer > UNEVEN_READ_FRACTION else None
+
+
+def _shard_finding(hosts: dict[str, dict]) -> list[str]:
+    """The channel data staged for each host (its shard) differs: the shards are uneven."""
+    uneven = _uneven({h: v.get("channel_bytes") for h, v in hosts.items()})
+    if uneven is None:
+        return []
+    least, most, fewer = uneven
+    return [f"{least} was given {fewer:.0%} fewer channel bytes than {most} ({_mb(hosts[least]['channel_bytes'])} "
+            f"vs {_mb(hosts[most]['channel_bytes'])} in /opt/ml/input/data){_idle_text(hosts[least])}: the shards "
+            f"are uneven. Give ShardedByS3Key objects of similar size, in a multiple of the host count, so every "
+            f"host gets the same share."]
+
+
+def _read_finding(hosts: dict[str, dict]) -> list[str]:
+    """The hosts read different amounts. Where their channel data is known, only when it is most of what the
+    hosts read: reads count the interpreter's imports too (tens of MB for a deep-learning framework, more on
+    some ranks than others), and next to a small shard those say nothing about the data. With equal shards,
+    a difference in reads is the script reading its data more often on some hosts."""
+    uneven = _uneven({h: v.get("read_bytes") for h, v in hosts.items()})
+    if uneven is None:
+        return []
+    least, most, fewer = uneven
+    extra = hosts[most]["read_bytes"] - hosts[least]["read_bytes"]
+    channel = hosts[most].get("channel_bytes")
+    text = (f"{least} read {fewer:.0%} fewer bytes than {most} ({_mb(hosts[least]['read_bytes'])} vs "
+            f"{_mb(hosts[most]['read_bytes'])}){_idle_text(hosts[least])}")
+    if not channel:
+        return [f"{text}: the shards are uneven. Give ShardedByS3Key objects of similar size, in a multiple of the "
+                f"host count, so every host gets the same share."]
+    if min(v.get("channel_bytes") or 0 for v in hosts.values()) < CHANNEL_SHARE_OF_READS * hosts[least]["read_bytes"]:
+        return []  # the reads are mostly not channel data
+    return [f"{text}: {most} read {extra / channel:.1f} times its {_mb(channel)} of channel data more, with shards "
+            f"of even size: its input pipeline reads the data more often (an extra pass or epoch, a cache that "
+            f"misses). Give every host the same number of passes over its shard."]
+
+
 def _io_findings(hosts: dict[str, dict]) -> list[str]:
-    reads = {h: v["read_bytes"] for h, v in hosts.items() if v.get("read_bytes") is not None}
-    if len(reads) < 2 or max(reads.values()) <= 0:
-        return []
-    most = max(reads, key=lambda h: reads[h])
-    least = min(reads, key=lambda h: reads[h])
-    fewer = 1 - reads[least] / reads[most]
-    if fewer <= UNEVEN_READ_FRACTION:
-        return []
-    idle = hosts[least].get("idle_fraction")
-    idle_text = f" and was idle {idle:.0%} of the time" if idle is not None else ""
-    return [f"{least} read {fewer:.0%} fewer bytes than {most}{idle_text}: the shards are uneven. Give "
-            f"ShardedByS3Key objects of similar size, in a multiple of the host count, so every host gets the "
-            f"same share."]
+    return _shard_finding(hosts) or _read_finding(hosts)
 
 
 def _idle_findings(hosts: dict[str, dict], already: str) -> list[str]:
@@ -316,13 +362,18 @@ def plot(summary: dict[str, Any], samples: list[dict], path: str) -> str:
 
 
 # -- the operator's entry point --------------------------------------------------------------------------
+#: per-host numbers in the XCom digest (utilization means of SageMaker's instance metrics; counters locally)
+DIGEST_HOST_KEYS = ("cpu_mean_percent", "idle_fraction", "read_bytes", "channel_bytes", "write_bytes",
+                    "peak_rss_bytes", "memory_mean_percent", "disk_mean_percent", "gpu_mean_percent")
+
+
 def xcom_digest(summary: dict[str, Any], summary_uri: str | None, plot_uri: str | None) -> dict[str, Any]:
     """The key numbers for XCom (small: no series)."""
     return {"summary_uri": summary_uri, "plot_uri": plot_uri, "findings": summary["findings"],
             "duration_seconds": summary["duration_seconds"],
             "metrics": {n: {k: m[k] for k in ("first", "last", "min", "diverged")}
                         for n, m in summary["metrics"].items()},
-            "hosts": {h: {k: v[k] for k in ("cpu_mean_percent", "idle_fraction", "read_bytes") if k in v}
+            "hosts": {h: {k: v[k] for k in DIGEST_HOST_KEYS if k in v}
                       for h, v in summary["hosts"].items()}}
 
 

@@ -65,15 +65,44 @@ def test_uneven_reads_are_measured_per_host_and_reported(tmp_path, local_root, c
     assert abs((two - one) - (16 << 20)) < 1 << 20  # host 2 read exactly one channel more
     assert 1.75 < two / one < 2.05
     finding = " ".join(result["insight"]["findings"])
-    assert "algo-1 read" in finding and "fewer bytes than algo-2" in finding and "uneven" in finding
+    # both hosts were given the same channel data: the difference is host 2 reading it one time more
+    assert "algo-1 read" in finding and "fewer bytes than algo-2" in finding
+    assert "algo-2 read 1.0 times its 16.8 MB of channel data more, with shards of even size" in finding
+    assert "shards are uneven" not in finding
     log = task_log(caplog, capsys)
     assert "Insight: Job " in log and "fewer bytes" in log  # the reading in the task log
 
     summary = json.loads(Storage().read_bytes(result["insight"]["summary_uri"]))
     assert summary["hosts"]["algo-2"]["read_bytes"] == two
+    for host in ("algo-1", "algo-2"):  # what was staged in /opt/ml/input/data/train for each host
+        assert summary["hosts"][host]["channel_bytes"] == 16 << 20
+        assert summary["hosts"][host]["channels"] == {"train": 16 << 20}
     assert summary["hosts"]["algo-1"]["samples"] >= 3
     assert result["insight"]["summary_uri"] == f"file://{tmp_path}/out/{result['job_name']}/output/insight.json"
     read_png(result["insight"]["plot_uri"])
+
+
+@pytest.mark.slow
+def test_uneven_shards_are_found_from_each_hosts_channel_data(tmp_path, local_root):
+    data = tmp_path / "data"
+    data.mkdir()
+    for key, mib in (("a.bin", 12), ("b.bin", 2), ("c.bin", 2)):  # ShardedByS3Key: a, c to algo-1; b to algo-2
+        (data / key).write_bytes(os.urandom(mib << 20))
+    op = SageMakerDistributedTrainingOperator(
+        task_id="shards", job_name=f"shards-{uuid.uuid4().hex[:8]}", entry_point="io_job.py", source_dir=SCRIPTS,
+        image_uri=IMAGE, instance_count=2, environment={"OTHER_PASSES": "1"}, poll_interval=0.3,
+        inputs={"train": {"s3_uri": f"file://{data}", "distribution": "ShardedByS3Key"}},
+        output_path=f"file://{tmp_path}/out")
+    result = op.execute(context("shards"))
+
+    hosts = result["insight"]["hosts"]
+    assert hosts["algo-1"]["channel_bytes"] == 14 << 20 and hosts["algo-2"]["channel_bytes"] == 2 << 20
+    assert 14 << 20 <= hosts["algo-1"]["read_bytes"] < 18 << 20  # each host read its shard once
+    assert 2 << 20 <= hosts["algo-2"]["read_bytes"] < 6 << 20
+    finding = result["insight"]["findings"][0]
+    assert finding.startswith("algo-2 was given 86% fewer channel bytes than algo-1 (2.1 MB vs 14.7 MB")
+    assert "the shards are uneven" in finding
+    assert not any("channel data more" in f for f in result["insight"]["findings"])  # one cause, said once
 
 
 @pytest.mark.slow

@@ -31,6 +31,28 @@ def test_an_idle_host_is_reported_once_with_its_share():
     assert len(s["findings"]) == 1 and s["findings"][0].startswith("algo-2 was idle 75% of the time")
 
 
+def channel_samples(host, reads, channel):
+    return [dict(s, channel_bytes=channel, channels={"train": channel}) for s in samples(host, reads, [90] * 3)]
+
+
+def test_reads_are_read_against_each_hosts_channel_data():
+    # a 100 kB shard each, and rank 0's framework imports read 10 MB more: nothing to say about the data
+    imports = summarize("j", [], channel_samples("algo-1", [0, 20e6, 30e6], 100_000)
+                        + channel_samples("algo-2", [0, 15e6, 20e6], 100_000))
+    assert imports["findings"] == [] and imports["hosts"]["algo-1"]["channel_bytes"] == 100_000
+    # the same 10 MB shard each, read twice on algo-2: its input pipeline, not the shards
+    twice = summarize("j", [], channel_samples("algo-1", [0, 5e6, 11e6], 10_000_000)
+                      + channel_samples("algo-2", [0, 11e6, 21e6], 10_000_000))
+    assert twice["findings"] == ["algo-1 read 48% fewer bytes than algo-2 (11.0 MB vs 21.0 MB): algo-2 read 1.0 "
+                                 "times its 10.0 MB of channel data more, with shards of even size: its input "
+                                 "pipeline reads the data more often (an extra pass or epoch, a cache that "
+                                 "misses). Give every host the same number of passes over its shard."]
+    # shards of 1 MB and 4 MB: uneven shards, whatever the reads (imports here)
+    shards = summarize("j", [], channel_samples("algo-1", [0, 20e6, 30e6], 4_000_000)
+                       + channel_samples("algo-2", [0, 20e6, 30e6], 1_000_000))
+    assert shards["findings"][0].startswith("algo-2 was given 75% fewer channel bytes than algo-1 (1.0 MB vs 4.0 MB")
+
+
 def test_cloudwatch_queries_name_the_job_and_every_host():
     d = {"TrainingJobName": "j", "ResourceConfig": {"InstanceCount": 2},
          "AlgorithmSpecification": {"MetricDefinitions": [{"Name": "loss", "Regex": "l=(.*)"}]}}

@@ -6,13 +6,18 @@ walks each host's process tree with psutil and appends one line per host to ``ut
 job directory::
 
     {"t": 1733215000.1, "host": "algo-1", "cpu_percent": 97.5, "cpu_seconds": 12.3,
-     "rss_bytes": 123456789, "read_bytes": 4096, "write_bytes": 1024, "processes": 3}
+     "rss_bytes": 123456789, "read_bytes": 4096, "write_bytes": 1024, "processes": 3,
+     "channel_bytes": 16777216, "channels": {"train": 16777216}}
 
 ``cpu_percent`` is CPU time over wall time since the previous sample, in percent of one core (SageMaker's
 ``CPUUtilization`` is also a sum over cores: 400 % on four busy cores). ``read_bytes``/``write_bytes`` are
 cumulative bytes the host's processes read and wrote through system calls (``read_chars``/``write_chars``:
 page-cache hits count, so a channel file read twice counts twice, as a data pipeline sees it). Counters
 of processes that ended between samples are kept from their last sample, so totals never go down.
+``channel_bytes`` (training jobs) is the size of the input data staged for the host
+(``/opt/ml/input/data/<channel>``, per channel in ``channels``): a host's reads count its interpreter's
+imports too, so the data it was given, and how many times over it read that much, is what says whether the
+shards are even.
 """
 
 from __future__ import annotations
@@ -90,15 +95,18 @@ class UtilizationSampler:
     def __init__(self, job_dir: Path) -> None:
         self.path = Path(job_dir) / UTILIZATION_FILE
         self.hosts: dict[str, Any] = {}  # label -> Popen
+        self.channels: dict[str, dict[str, int]] = {}  # label -> bytes staged per channel
         self.counters: dict[str, _HostCounters] = {}
         self.previous: dict[str, tuple[float, float]] = {}  # label -> (time, cpu seconds)
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.interval = sample_interval()
 
-    def add(self, label: str, proc: Any) -> None:
+    def add(self, label: str, proc: Any, channels: dict[str, int] | None = None) -> None:
         with self.lock:
             self.hosts[label] = proc
+            if channels is not None:
+                self.channels[label] = dict(channels)
             self.counters[label] = _HostCounters()
         if self.thread is None:
             self.thread = threading.Thread(target=self._run, name="smdist-sampler", daemon=True)
@@ -117,7 +125,7 @@ class UtilizationSampler:
         alive = False
         lines = []
         with self.lock:
-            hosts = dict(self.hosts)
+            hosts, channels = dict(self.hosts), dict(self.channels)
         for label, proc in hosts.items():
             procs = self._tree(proc)
             alive = alive or bool(procs) or getattr(proc, "returncode", 0) is None
@@ -128,6 +136,8 @@ class UtilizationSampler:
             lines.append({"t": now, "host": label, "cpu_percent": round(max(percent, 0.0), 2),
                           "cpu_seconds": round(cpu, 3), "rss_bytes": rss, "read_bytes": read,
                           "write_bytes": written, "processes": len(procs)})
+            if label in channels:
+                lines[-1].update(channel_bytes=sum(channels[label].values()), channels=channels[label])
         with open(self.path, "a") as f:
             for line in lines:
                 f.write(json.dumps(line) + "\n")

@@ -297,6 +297,10 @@ class JobSupervisor:
         return launcher.host_environment(region=self.state.get("region", "us-east-1"),
                                          s3_endpoint_url=self.state.get("s3_endpoint_url"))
 
+    def channel_bytes(self, host: contract.Host) -> dict[str, int] | None:
+        """Bytes of input data staged for ``host``, per channel (None: this kind has no channels)."""
+        return None
+
     def start_host(self, host: contract.Host, cmd: list[str], env: dict, cwd: str) -> None:
         """Start one host (its init process and ``cmd`` under it) with its output streamed into its log."""
         import subprocess
@@ -306,7 +310,7 @@ class JobSupervisor:
                                    host_dir=str(hd), hostname=host.label, etc_hosts=str(self.dir / "etc-hosts"),
                                    keep=[str(self.dir), launcher.package_root(), sys.prefix, *self.keep_paths()])
         self.procs[host.label] = proc
-        self.sampler.add(host.label, proc.proc)
+        self.sampler.add(host.label, proc.proc, channels=self.channel_bytes(host))
         t = threading.Thread(target=self.reader, args=(host, proc.proc.stdout), daemon=True)
         t.start()
         self.readers.append(t)

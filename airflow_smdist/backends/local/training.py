@@ -169,6 +169,15 @@ class TrainingSupervisor(JobSupervisor):
                 self.storage.download_prefix(req["CheckpointConfig"]["S3Uri"], cdir, ckpt_objects)
         return channels_of
 
+    def channel_bytes(self, host: contract.Host) -> dict[str, int] | None:
+        """What stage() put in the host's /opt/ml/input/data/<channel>: the data its script is there to read
+        (a host's reads also count its interpreter's imports, which dwarf a small shard)."""
+        data = self.host_dir(host) / "input" / "data"
+        out = {}
+        for channel in sorted(p for p in data.iterdir() if p.is_dir()) if data.is_dir() else []:
+            out[channel.name] = sum(f.stat().st_size for f in channel.rglob("*") if f.is_file() and not f.is_symlink())
+        return out
+
     def fetch_source(self) -> Path | None:
         hps = contract.decode_hyperparameters(self.request.get("HyperParameters", {}))
         submit = hps.get("sagemaker_submit_directory")
