@@ -174,8 +174,14 @@ class TrainingSupervisor(JobSupervisor):
         (a host's reads also count its interpreter's imports, which dwarf a small shard)."""
         data = self.host_dir(host) / "input" / "data"
         out = {}
-        for channel in sorted(p for p in data.iterdir() if p.is_dir()) if data.is_dir() else []:
-            out[channel.name] = sum(f.stat().st_size for f in channel.rglob("*") if f.is_file() and not f.is_symlink())
+        try:
+            for channel in sorted(p for p in data.iterdir() if p.is_dir()) if data.is_dir() else []:
+                out[channel.name] = sum(os.path.getsize(os.path.join(root, f))
+                                        for root, _dirs, files in os.walk(channel) for f in files
+                                        if os.path.isfile(os.path.join(root, f)))
+        except OSError as exc:  # advice only: never in the way of starting the host
+            self.say(f"could not size the channel data of {host.label}: {exc}")
+            return None
         return out
 
     def fetch_source(self) -> Path | None:
