@@ -56,7 +56,7 @@ CONNECTION_UI_FIELD_BEHAVIOUR: dict = {
 
 def get_provider_info() -> dict:
     """Provider metadata for Airflow's ProvidersManager (``apache_airflow_provider`` entry point)."""
-    from airflow_smdist.kinds import KINDS  # import-cheap (dataclasses only), and only when asked
+    from airflow_smdist.kinds import KINDS, provider_modules  # import-cheap (dataclasses only), and only when asked
 
     return {
         "package-name": "airflow-smdist",
@@ -74,15 +74,13 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": "SageMaker distributed computing (smdist)",
-                "python-modules": ["airflow_smdist.operators.training", "airflow_smdist.operators.processing",
-                                   "airflow_smdist.operators.transform",
-                                   "airflow_smdist.operators.tuning", "airflow_smdist.operators.workflows"],
+                "python-modules": provider_modules("operators"),  # the job-kind registry's, then workflows
             }
         ],
         "sensors": [
             {
                 "integration-name": "SageMaker distributed computing (smdist)",
-                "python-modules": [k.sensor for k in KINDS.values() if k.sensor],  # the job-kind registry's
+                "python-modules": provider_modules("sensors"),  # the job-kind registry's
             }
         ],
         "hooks": [

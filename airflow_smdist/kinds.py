@@ -3,14 +3,16 @@
 A job kind (training, processing, transform, tuning) is one frozen :class:`JobKindInfo`: its API noun
 (from which the Create/Describe/Stop/List operation names, their boto3 method names and the name, status,
 ARN and list-summary keys follow, exactly as botocore's service model spells them), its CloudWatch log
-group, its ARN resource type, the module that runs it on the local backend, the function that makes the
-small XCom result of a finished job, its OpenLineage datasets, its console links and its sensor.
+group, its ARN resource type, the module that runs it on the local backend, the module of its operators,
+the function that makes the small XCom result of a finished job, its OpenLineage datasets, its console links
+and its sensor.
 
 Everything that used to be a per-kind table (the backends' operation names and list keys, the triggers'
 boto3 method names, the local backend's module and ARN tables, the lineage if-chain, the provider info's
-links and sensors) reads this registry. Adding a job kind is one entry here, its request builder
-(``specs/``) and its local implementation (a module satisfying
-:class:`airflow_smdist.backends.local.LocalJobKind`); see the README's "Development" section.
+operators, links and sensors) reads this registry. Adding a job kind is one entry here, its request builder
+(``specs/``), its local implementation (a module satisfying :class:`airflow_smdist.backends.local.LocalJobKind`)
+and its operator (``operators/``); the result, lineage, links and sensor have defaults (see
+:class:`JobKindInfo`). The README's "Development" section counts the files.
 
 Code is named by dotted path (``"package.module:attribute"``) and imported only when used, so this module
 stays import-cheap: DAG files, the provider manager and job supervisors all import it.
@@ -25,6 +27,8 @@ from typing import Any, Literal
 
 JobKind = Literal["training", "processing", "transform", "tuning"]
 Operation = Literal["create", "describe", "stop", "list"]
+#: The sensor module of a kind without its own (``JobKindInfo.sensor`` None): ``SmdistJobSensor`` takes ``kind=``.
+GENERIC_SENSOR_MODULE = "airflow_smdist.sensors.base"
 #: Names a task tries for its job before giving up ("<base>-r2" .. "-r30", see JobLifecycle.choose); here, not
 #: in lifecycle.py, because operators size their names with it at import time (DAG parse).
 MAX_ATTEMPT_NAMES = 30
@@ -54,13 +58,17 @@ class JobKindInfo:
     arn_resource: str
     #: the module that runs this kind on the local backend (see backends/local/__init__.py)
     local_module: str
-    #: ``(description, backend) -> dict``: the small JSON result of a finished job (operators, sensors)
-    result_function: str
-    #: ``(description) -> (input URIs, output URIs)`` for OpenLineage
-    lineage_function: str
+    #: the module of this kind's operators (the provider info lists it for Airflow's registry)
+    operator: str
+    #: ``(description, backend) -> dict``: the small JSON result of a finished job (operators, sensors);
+    #: None: :meth:`result` gives the name, ARN, status, backend and failure reason
+    result_function: str | None = None
+    #: ``(description) -> (input URIs, output URIs)`` for OpenLineage; None: the job reports no datasets
+    lineage_function: str | None = None
     #: operator extra links (``BaseOperatorLink`` classes) of this kind
     links: tuple[str, ...] = ()
-    #: the sensor that waits for a job of this kind started elsewhere
+    #: the module of the sensor that waits for a job of this kind started elsewhere; None: the generic
+    #: ``SmdistJobSensor(kind=<name>, job_name=...)`` of :data:`GENERIC_SENSOR_MODULE` waits for it
     sensor: str | None = None
 
     # -- the API's names, as botocore's service model spells them ----------------------------------
@@ -123,14 +131,27 @@ class JobKindInfo:
     def arn(self, region: str, account: str, job_name: str) -> str:
         return f"arn:aws:sagemaker:{region}:{account}:{self.arn_resource}/{job_name.lower()}"
 
+    @property
+    def sensor_module(self) -> str:
+        """The module of the sensor that waits for a job of this kind (its own, else the generic one)."""
+        return self.sensor or GENERIC_SENSOR_MODULE
+
     # -- code, imported when used --------------------------------------------------------------------
     def result(self, description: dict[str, Any], backend: Any) -> dict[str, Any]:
         """The small XCom result of a finished job (what the kind's operator and sensor return)."""
+        if self.result_function is None:
+            out: dict[str, Any] = {"job_name": self.job_name(description), "job_arn": description.get(self.arn_key),
+                                   "status": self.status(description), "backend": getattr(backend, "name", backend)}
+            if description.get("FailureReason"):
+                out["failure_reason"] = description["FailureReason"]
+            return out
         result: dict[str, Any] = load(self.result_function)(description, backend)
         return result
 
     def lineage(self, description: dict[str, Any]) -> tuple[list[str], list[str]]:
         """(inputs, outputs) of a job, from its Describe* response."""
+        if self.lineage_function is None:
+            return [], []
         uris: tuple[list[str], list[str]] = load(self.lineage_function)(description)
         return uris
 
@@ -145,6 +166,7 @@ KINDS: dict[str, JobKindInfo] = {
             log_group="/aws/sagemaker/TrainingJobs",
             arn_resource="training-job",
             local_module="airflow_smdist.backends.local.training",
+            operator="airflow_smdist.operators.training",
             result_function="airflow_smdist.operators.training:training_result",
             lineage_function="airflow_smdist.lineage:training_lineage",
             links=("airflow_smdist.operators.links.SageMakerTrainingJobLink",
@@ -157,6 +179,7 @@ KINDS: dict[str, JobKindInfo] = {
             log_group="/aws/sagemaker/ProcessingJobs",
             arn_resource="processing-job",
             local_module="airflow_smdist.backends.local.processing",
+            operator="airflow_smdist.operators.processing",
             result_function="airflow_smdist.operators.processing:processing_result",
             lineage_function="airflow_smdist.lineage:processing_lineage",
             links=("airflow_smdist.operators.processing.SageMakerProcessingJobLink",
@@ -169,6 +192,7 @@ KINDS: dict[str, JobKindInfo] = {
             log_group="/aws/sagemaker/TransformJobs",
             arn_resource="transform-job",
             local_module="airflow_smdist.backends.local.transform",
+            operator="airflow_smdist.operators.transform",
             result_function="airflow_smdist.operators.transform:transform_result",
             lineage_function="airflow_smdist.lineage:transform_lineage",
             links=("airflow_smdist.operators.transform.SageMakerBatchInferenceJobLink",),
@@ -180,6 +204,7 @@ KINDS: dict[str, JobKindInfo] = {
             log_group="/aws/sagemaker/TrainingJobs",
             arn_resource="hyper-parameter-tuning-job",
             local_module="airflow_smdist.backends.local.tuning",
+            operator="airflow_smdist.operators.tuning",
             result_function="airflow_smdist.operators.tuning:tuning_result",
             lineage_function="airflow_smdist.lineage:tuning_lineage",
             links=("airflow_smdist.operators.tuning.SageMakerTuningJobLink",),
@@ -189,6 +214,17 @@ KINDS: dict[str, JobKindInfo] = {
 }
 
 JOB_KINDS: tuple[str, ...] = tuple(KINDS)
+#: Operator modules that are no single kind's (the provider info lists them after the kinds' own).
+SHARED_OPERATOR_MODULES: tuple[str, ...] = ("airflow_smdist.operators.workflows",)
+
+
+def provider_modules(what: Literal["operators", "sensors"]) -> list[str]:
+    """The modules the provider info lists for ``what``, from the registry (each once, in registry order)."""
+    if what == "operators":
+        modules = [info.operator for info in KINDS.values()] + list(SHARED_OPERATOR_MODULES)
+    else:
+        modules = [info.sensor_module for info in KINDS.values()]
+    return list(dict.fromkeys(modules))
 
 
 def kind_info(kind: str) -> JobKindInfo:

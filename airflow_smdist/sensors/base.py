@@ -52,13 +52,16 @@ class SmdistSensorBase(BaseSensorOperator):
 
 class SmdistJobSensor(SmdistSensorBase):
     """Succeeds when job ``job_name`` is Completed; fails with its FailureReason when it ends Failed or
-    Stopped. Subclasses set ``kind``; the result is the kind's (the registry's ``result_function``)."""
+    Stopped. Subclasses set ``kind``; used directly, ``kind=`` names any kind of the registry (the sensor of a
+    kind without its own). The result is the kind's (the registry's ``result_function``)."""
 
     template_fields: Sequence[str] = ("job_name", "backend")
 
-    def __init__(self, *, job_name: str, **kwargs: Any) -> None:
+    def __init__(self, *, job_name: str, kind: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.job_name = job_name
+        if kind is not None:
+            self.kind = kind_info(kind).name  # an unknown kind is refused here, naming the kinds there are
 
     def result(self, description: dict[str, Any], backend: Any) -> dict[str, Any]:
         return kind_info(self.kind).result(description, backend)

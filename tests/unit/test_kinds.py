@@ -7,7 +7,7 @@ import botocore.session
 import pytest
 
 from airflow_smdist.backends.local import LocalBackend, LocalJobKind
-from airflow_smdist.kinds import KINDS, kind_info, load
+from airflow_smdist.kinds import GENERIC_SENSOR_MODULE, KINDS, JobKindInfo, kind_info, load
 
 MODEL = botocore.session.get_session().get_service_model("sagemaker")
 
@@ -38,7 +38,39 @@ def test_every_named_piece_of_code_exists(kind):
     for link in info.links:
         module_name, _, cls = link.rpartition(".")
         assert getattr(load(module_name), cls).name
-    assert load(info.sensor)
+    assert load(info.sensor_module)
+    operators = load(info.operator)
+    assert any(getattr(v, "kind", None) == kind for v in vars(operators).values() if isinstance(v, type))
+
+
+def test_the_provider_info_lists_the_registrys_operators_and_sensors():
+    from airflow_smdist import get_provider_info
+
+    info = get_provider_info()
+    operators = info["operators"][0]["python-modules"]
+    assert operators == [k.operator for k in KINDS.values()] + ["airflow_smdist.operators.workflows"]
+    assert info["sensors"][0]["python-modules"] == [k.sensor for k in KINDS.values()]
+
+
+def test_a_kind_with_only_the_required_facts_gets_a_result_no_lineage_and_the_generic_sensor(tmp_path):
+    """What a new kind gets before it writes its own result, lineage or sensor (here: a bare entry for the
+    training API, and a description shaped as DescribeTrainingJob answers)."""
+    from airflow_smdist.sensors.base import SmdistJobSensor
+
+    bare = JobKindInfo(name="training", noun="TrainingJob", log_group="/aws/sagemaker/TrainingJobs",
+                       arn_resource="training-job", local_module="airflow_smdist.backends.local.training",
+                       operator="airflow_smdist.operators.training")
+    description = {"TrainingJobName": "j", "TrainingJobArn": "arn:x", "TrainingJobStatus": "Failed",
+                   "FailureReason": "AlgorithmError: boom", "InputDataConfig": []}
+    assert bare.result(description, LocalBackend(tmp_path)) == {
+        "job_name": "j", "job_arn": "arn:x", "status": "Failed", "backend": "local",
+        "failure_reason": "AlgorithmError: boom"}
+    assert bare.lineage(description) == ([], [])
+    assert bare.sensor_module == GENERIC_SENSOR_MODULE == SmdistJobSensor.__module__
+    sensor = SmdistJobSensor(task_id="watch", job_name="j", kind="processing")
+    assert sensor.kind == "processing"
+    with pytest.raises(ValueError, match="'endpoint' is not one of"):
+        SmdistJobSensor(task_id="watch2", job_name="j", kind="endpoint")
 
 
 def test_an_unknown_kind_is_refused_by_name(tmp_path):
