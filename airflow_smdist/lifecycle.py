@@ -20,8 +20,8 @@ with a job, written once.
   exponential backoff on the service's throttling codes), so waiting, poking, killing and (through
   :func:`acall_with_backoff`) the triggers' polling all slow down under throttling instead of failing.
 
-:class:`AsyncJobLifecycle` is the triggers' half: log streaming with a JSON cursor, the status line, and
-the event that ends the wait (modelled on the Kubernetes provider's ``PodManager``/``AsyncPodManager``).
+:class:`AsyncJobLifecycle` is the triggers' half: the status line and the event that ends the wait
+(modelled on the Kubernetes provider's ``PodManager``/``AsyncPodManager``).
 
 Ownership. Every job created carries the tags ``smdist:task-instance`` (dag/task/run/map index of the task
 instance that made it) and ``smdist:try``. :meth:`JobLifecycle.accept_reattach` is the one place that
@@ -464,36 +464,15 @@ class JobLifecycle:
 
 # -- the asynchronous half (triggers) ----------------------------------------------------------------------
 class AsyncJobLifecycle:
-    """What a trigger does with one job while it waits: stream its logs (the cursor is JSON, so a
-    re-serialised trigger continues where it was), report status changes, and turn the job's end (or its
-    disappearance) into the event that resumes the task."""
+    """What a trigger does with one job while it waits: report status changes, and turn the job's end (or its
+    disappearance) into the event that resumes the task. (The trigger's log lines come from its
+    ``CoalescedLogPoller``, one round of log calls for every job it watches.)"""
 
-    def __init__(self, backend: Backend, kind: str, name: str, *, log: logging.Logger | logging.LoggerAdapter[Any],
-                 poll_interval: float, log_cursor: Any = None) -> None:
-        self.backend = backend
+    def __init__(self, kind: str, name: str, *, log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
         self.info = kind_info(kind)
         self.name = name
         self.log = log
-        self.poll_interval = poll_interval
-        self.log_cursor = log_cursor
-        self.calls: dict[str, int] = {}
         self._last: tuple[str, str | None] | None = None
-
-    async def print_new_logs(self) -> None:
-        events, self.log_cursor = await acall_with_backoff(
-            lambda: asyncio.to_thread(self.backend.log_events, self.info.name, self.name,
-                                      self.log_cursor), counter=self.calls, what="logs")
-        for event in events:
-            self.log.info("%s", event.format())
-
-    async def stream_logs(self) -> None:
-        """Print new log lines every ``poll_interval`` until cancelled; logs are best effort."""
-        while True:
-            try:
-                await self.print_new_logs()
-            except Exception as exc:  # noqa: BLE001 - logs are best effort; the status decides
-                self.log.debug("log fetch failed: %s", exc)
-            await asyncio.sleep(self.poll_interval)
 
     def observe(self, description: dict[str, Any]) -> dict[str, Any] | None:
         """Log a status change; the event payload once the job has ended (else None)."""

@@ -37,6 +37,9 @@ class SmdistFunctionMixin:
         self.requirements = requirements
         self.serializer = serializer
         self.max_result_bytes = max_result_bytes
+        #: the running task's context (set first by ``execute`` and ``execute_complete``): where the job's own
+        #: result goes as the XCom ``smdist_job``
+        self._smdist_context: Any = None
 
     def decorator_short(self) -> str:
         return self.custom_operator_name.split(".", 1)[-1]
@@ -90,7 +93,7 @@ class SmdistFunctionMixin:
 
     def push_job_info(self, info: dict[str, Any]) -> None:
         """The training / processing job's own small result, as the XCom ``smdist_job`` (beside the function's)."""
-        context = getattr(self, "_smdist_context", None)
+        context = self._smdist_context
         ti = context.get("ti") if context is not None else None
         if ti is not None and hasattr(ti, "xcom_push"):
             ti.xcom_push(key=JOB_XCOM_KEY, value=info)

@@ -676,8 +676,7 @@ class SmdistJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         backend = await self._backend()
         poller, log_poller = self._pollers(backend)
-        lifecycle = AsyncJobLifecycle(backend, self.kind, self.job_name, log=self.log,
-                                      poll_interval=self.poll_interval, log_cursor=self.log_cursor)
+        lifecycle = AsyncJobLifecycle(self.kind, self.job_name, log=self.log)
         secrets = bool(self.secret_hyperparameters)  # their values come from one Describe, before any log line
         queue = poller.watch(self.job_name, None if secrets else self.job_status, self.as_of)
         logging_started = False

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from airflow_smdist.backends.base import (
     TERMINAL_STATES,
@@ -56,14 +56,6 @@ class LocalJobKind(Protocol):
     def main(self, argv: list[str] | None = None) -> int:
         """The job's detached supervisor: ``python -m <module> <job dir>``."""
 
-
-if TYPE_CHECKING:  # mypy checks that every registered module satisfies the protocol
-    from airflow_smdist.backends.local import processing as _processing
-    from airflow_smdist.backends.local import training as _training
-    from airflow_smdist.backends.local import transform as _transform
-    from airflow_smdist.backends.local import tuning as _tuning
-
-    _KIND_MODULES_CHECKED: tuple[LocalJobKind, ...] = (_training, _processing, _transform, _tuning)
 
 #: a job without a supervisor pid file (half made by an older version) counts as failed after this
 HALF_MADE_GRACE_SECONDS = 30.0

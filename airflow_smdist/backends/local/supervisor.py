@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -33,6 +34,9 @@ from airflow_smdist.backends.local.store import (
     write_json_atomic,
 )
 from airflow_smdist.storage import Storage, StoredObject, parse_uri
+
+if TYPE_CHECKING:
+    from airflow_smdist.backends.local import runtimes
 
 FAILURE_LIMIT = 1024
 #: a traceback's first line, also as torch's elastic agent prefixes a rank's output ("[rank0]: Traceback ...")
@@ -166,6 +170,8 @@ class JobSupervisor:
         self.readers: list[threading.Thread] = []
         self.isolation = self.state.get("isolation", "none")
         self.net: hostnet.JobNetwork | None = None
+        #: the job's runtime (the image's environment), resolved by the kinds that run code in one
+        self.runtime: runtimes.Runtime | None = None
         self.log = open(self.dir / "supervisor.log", "a", buffering=1)
         self.sampler = UtilizationSampler(self.dir)  # per-host CPU, memory and I/O while hosts run
 
@@ -273,7 +279,7 @@ class JobSupervisor:
     def keep_paths(self) -> list[str]:
         """Directories of this machine a host must see beside its own (under /tmp they would be hidden): the
         job's runtime and layer; kinds add theirs."""
-        rt = getattr(self, "runtime", None)
+        rt = self.runtime
         if rt is None:
             return []
         paths = [rt.root, rt.platform_dir, rt.job_bin, *(rt.env.get("PYTHONPATH") or "").split(os.pathsep)]
