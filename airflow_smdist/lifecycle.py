@@ -50,7 +50,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from airflow_smdist._compat import AirflowException
-from airflow_smdist.backends.base import RUNNING_STATES, TERMINAL_STATES, Backend, BackendError, JobNotFound
+from airflow_smdist.backends.base import (
+    RUNNING_STATES,
+    TERMINAL_STATES,
+    Backend,
+    BackendError,
+    JobNotFound,
+    LogEvent,
+)
 from airflow_smdist.kinds import MAX_ATTEMPT_NAMES, JobKindInfo, kind_info
 
 T = TypeVar("T")
@@ -234,6 +241,11 @@ class JobLifecycle:
         return call_with_backoff(lambda: self.backend.describe(self.info.name, name),
                                  counter=self.calls, what="describe", give_up_after=give_up_after)
 
+    def log_events(self, name: str, cursor: Any = None) -> tuple[list[LogEvent], Any]:
+        """The job's log events since ``cursor`` (None: from the start) and the next cursor."""
+        return call_with_backoff(lambda: self.backend.log_events(self.info.name, name, cursor),
+                                 counter=self.calls, what="logs")
+
     def status(self, description: dict[str, Any]) -> str:
         return self.info.status(description)
 
@@ -332,9 +344,7 @@ class JobLifecycle:
     def print_new_logs(self, name: str, *, label: bool = False) -> None:
         """Print the job's log lines since the last call (every host, merged by time)."""
         try:
-            events, self._cursors[name] = call_with_backoff(
-                lambda: self.backend.log_events(self.info.name, name, self._cursors.get(name)),
-                counter=self.calls, what="logs")
+            events, self._cursors[name] = self.log_events(name, self._cursors.get(name))
         except JobNotFound:
             return
         except BackendError as exc:  # logs are best effort; the status decides
@@ -347,8 +357,7 @@ class JobLifecycle:
 
     def fetch_last_lines(self, name: str) -> None:
         """The job's last log lines, without printing them (after a deferred wait, for the error)."""
-        events, _ = call_with_backoff(lambda: self.backend.log_events(self.info.name, name),
-                                      counter=self.calls, what="logs")
+        events, _ = self.log_events(name)
         self.last_lines.clear()
         self.last_lines.extend(e.format() for e in events)
 

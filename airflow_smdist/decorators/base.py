@@ -84,7 +84,7 @@ class SmdistFunctionMixin:
 
         name = kind_info(self.kind).job_name(description)
         try:
-            events, _ = self.get_backend().log_events(self.kind, name)
+            events, _ = self.lifecycle.log_events(name)  # with the lifecycle's throttling backoff
         except Exception as exc:  # noqa: BLE001 - the job's own failure reason is still reported
             self.log.warning("could not read the job's logs for the function's error records: %s", exc)
             return None

@@ -570,7 +570,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         jobs, processed = [], []
         if action == "reattach-running":
             self.log.info("Reattaching to %s job %s, still running from an earlier try.", self.kind, name)
-            processed = self._processed_by(storage, backend.describe(self.kind, name), objects)
+            processed = self._processed_by(storage, self.lifecycle.describe(name), objects)
             jobs.append(self._finish(backend, name, context, objects=len(processed)))
             jobs[-1]["_objects"] = processed
         else:

@@ -140,9 +140,11 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
 def list_training_jobs_for_tuning_job(backend, name: str, *, status_equals: str | None = None,
                                       sort_by: str | None = None, sort_order: str | None = None) -> list[dict[str, Any]]:
     """Every HyperParameterTrainingJobSummary of tuning job ``name`` (ListTrainingJobsForHyperParameterTuningJob,
-    all pages), on either backend: both implement the call."""
-    return backend.list_training_jobs_for_tuning_job(name, status_equals=status_equals, sort_by=sort_by,
-                                                     sort_order=sort_order)
+    all pages), on either backend: both implement the call. Throttling backs off as the lifecycle's calls do."""
+    from airflow_smdist.lifecycle import call_with_backoff
+
+    return call_with_backoff(lambda: backend.list_training_jobs_for_tuning_job(
+        name, status_equals=status_equals, sort_by=sort_by, sort_order=sort_order), what="list")
 
 
 def _decoded(tuned: dict[str, str]) -> dict[str, Any]:
@@ -185,8 +187,10 @@ def tuning_result(description: dict[str, Any], backend) -> dict[str, Any]:
         out["failure_reason"] = description["FailureReason"]
     if best.get("TrainingJobName"):
         from airflow_smdist.backends.local.contract import decode_hyperparameters
+        from airflow_smdist.lifecycle import call_with_backoff
 
-        trained = backend.describe("training", best["TrainingJobName"])
+        # with the lifecycle's throttling backoff: the operator's result and the sensor's come through here
+        trained = call_with_backoff(lambda: backend.describe("training", best["TrainingJobName"]), what="describe")
         hps = decode_hyperparameters(trained.get("HyperParameters") or {})
         out["model_artifacts"] = (trained.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
         out["training_image"] = (trained.get("AlgorithmSpecification") or {}).get("TrainingImage")

@@ -175,3 +175,18 @@ def test_on_kill_under_throttling_still_stops_the_job(moto_server, s3_bucket, fa
     client = boto3.client("sagemaker", endpoint_url=moto_server, region_name=REGION)
     assert client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "Stopped"
     assert fast_backoff.calls["StopTrainingJob"] >= 13
+
+
+def test_the_tuning_result_reads_its_best_trial_through_a_throttling_storm(moto_server, s3_bucket, fast_backoff):
+    """The tuning operator's and sensor's result describes the best trial: that call backs off too."""
+    from airflow_smdist.operators.tuning import tuning_result
+
+    name = f"storm-best-{uuid.uuid4().hex[:8]}"
+    backend = _running_job(s3_bucket, name)().get_backend()
+    fast_backoff.throttle("DescribeTrainingJob", 12)
+    description = {"HyperParameterTuningJobName": "hpo", "HyperParameterTuningJobStatus": "Completed",
+                   "HyperParameterTuningJobConfig": {"Strategy": "Bayesian"},
+                   "BestTrainingJob": {"TrainingJobName": name, "TunedHyperParameters": {"lr": "0.1"}}}
+    out = tuning_result(description, backend)
+    assert (out["best_training_job"], out["training_image"], out["best_hyperparameters"]) == (name, IMAGE, {"lr": 0.1})
+    assert fast_backoff.calls["DescribeTrainingJob"] >= 13
