@@ -178,6 +178,31 @@ def test_kill_9_of_the_supervisor_ends_every_host_process(backend, tmp_path, dat
     assert_nothing_left(backend, name)
 
 
+@pytest.mark.parametrize("ending", ["stop", "max_runtime"])
+@pytest.mark.parametrize("isolation", ["namespace", "none"])
+def test_a_double_forked_daemon_ends_with_a_stopped_or_timed_out_job(backend, tmp_path, data, monkeypatch,
+                                                                     isolation, ending):
+    """Issue 12: a process a script double-forks with setsid must not survive Stop or MaxRuntimeInSeconds."""
+    if isolation == "namespace" and launcher.namespace_prefix() is None:
+        pytest.skip(f"hosts cannot be namespaced here: {launcher.namespaces_available()}")
+    monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", isolation)
+    name = submit(backend, tmp_path, data, "sleep_daemon.py", max_run=4 if ending == "max_runtime" else 86400)
+    job_dir = backend.job_dir("training", name)
+    most = 0  # the job's live processes at their most: both hosts' scripts and their escaped daemons
+    deadline = time.time() + 60
+    while backend.describe("training", name)["TrainingJobStatus"] == "InProgress" and time.time() < deadline:
+        most = max(most, len(job_processes(job_dir)))
+        if ending == "stop" and most >= 4:
+            backend.stop("training", name)
+            break
+        time.sleep(0.1)
+    assert most >= 4, "the hosts and their daemons never all ran"
+    d = wait(backend, name, timeout=60)
+    assert d["TrainingJobStatus"] == "Stopped", d.get("FailureReason")
+    assert d["SecondaryStatus"] == ("Stopped" if ending == "stop" else "MaxRuntimeExceeded")
+    assert_nothing_left(backend, name)
+
+
 @needs_namespaces
 @pytest.mark.parametrize("isolated", [False, True])
 def test_hosts_reach_the_workers_loopback_s3_endpoint_unless_network_isolated(tmp_path, moto_server, data,
