@@ -105,6 +105,10 @@ class Backend(Protocol):
 
     name: str
 
+    def check(self, kind: JobKind, request: dict[str, Any]) -> None:
+        """Raise SpecError for what :meth:`submit` would refuse of ``request`` before calling or writing
+        anything (its validation, and what this backend cannot run); starts nothing."""
+
     def submit(self, kind: JobKind, request: dict[str, Any]) -> str:
         """Start the job the Create*Job ``request`` describes; return its name. Raises BackendError."""
 

@@ -157,10 +157,10 @@ class SageMakerBackend:
             raise BackendError(str(exc), code=type(exc).__name__, operation=op) from exc
 
     # ---- the protocol ---------------------------------------------------------------------------------
-    def submit(self, kind: str, request: dict[str, Any]) -> str:
-        """Validate ``request`` (file:// rejected) and call Create*Job. Returns the job name."""
-        info = kind_info(kind)
-        op = info.create_op
+    def check(self, kind: str, request: dict[str, Any]) -> None:
+        """Validate ``request`` against botocore's model, file:// URIs rejected (every problem at once, as
+        SpecErrors); calls nothing."""
+        op = kind_info(kind).create_op
         local = _local_uri_errors(op, request)
         local_fields = {e.field for e in local}
         try:
@@ -170,7 +170,12 @@ class SageMakerBackend:
             others = [e for e in exc.errors if e.field not in local_fields]
         if local or others:
             raise SpecErrors(local + others)
-        self._call(op, **request)
+
+    def submit(self, kind: str, request: dict[str, Any]) -> str:
+        """Validate ``request`` (:meth:`check`) and call Create*Job. Returns the job name."""
+        info = kind_info(kind)
+        self.check(kind, request)
+        self._call(info.create_op, **request)
         return info.job_name(request)
 
     def describe(self, kind: str, name: str) -> dict[str, Any]:

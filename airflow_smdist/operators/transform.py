@@ -442,10 +442,11 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
     def check_job_request(self, backend, storage, name: str, input_uri: str, data_type: str,
                           planned: tuple[str, dict | None, Any]) -> None:
         """Build and validate the job's request before anything is created or uploaded (a bad one would
-        leave an orphan model)."""
+        leave an orphan model), also as the backend that will run it checks it (the local backend's limits)."""
         _, existing, plan = planned
         model = existing if plan is None else plan.request
-        self.make_request(backend, storage, name, input_uri, data_type, model=model, upload=False)
+        backend.check(self.kind, self.make_request(backend, storage, name, input_uri, data_type, model=model,
+                                                   upload=False))
 
     def know_outputs(self, backend, storage, context: Any) -> tuple[str, dict | None, Any]:
         """Plan the model (nothing created) and learn what the outputs were made by: the fingerprint of the

@@ -124,7 +124,10 @@ class LocalBackend:
         return module
 
     # -- protocol --------------------------------------------------------------------------------
-    def submit(self, kind: str, request: dict[str, Any], *, parent: str | None = None) -> str:
+    def check(self, kind: str, request: dict[str, Any]) -> None:
+        """Everything :meth:`submit` checks before it writes anything: botocore's model of the request, what
+        the kind's module can run here, the runtime of its image (and of a transform's model, where that
+        exists already). Raises SpecError naming the field."""
         module = self.kind_module(kind)
         validate_request(module.OPERATION, request, allow_local_uris=True)
         module.check_request(request)
@@ -135,6 +138,9 @@ class LocalBackend:
             from airflow_smdist.backends.local.transform import check_model_image
 
             check_model_image(self, request)
+
+    def submit(self, kind: str, request: dict[str, Any], *, parent: str | None = None) -> str:
+        self.check(kind, request)
         name = kind_info(kind).job_name(request)
         isolation = launcher.isolation_mode()
         if isolation == "namespace":

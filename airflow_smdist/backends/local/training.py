@@ -493,6 +493,7 @@ def check_request(request: dict) -> None:
     rc = request.get("ResourceConfig") or {}
     contract.check_instance_count(sum(int(g["InstanceCount"]) for g in rc.get("InstanceGroups") or [])
                                   or int(rc.get("InstanceCount", 1)), "ResourceConfig.InstanceCount")
+    check_metric_regexes(spec.get("MetricDefinitions") or [])
     modes = [spec.get("TrainingInputMode", "File")] + [c.get("InputMode") for c in request.get("InputDataConfig", [])]
     if "Pipe" in modes:
         raise SpecError("TrainingInputMode", "Pipe mode is not emulated by the local backend.",
@@ -522,6 +523,18 @@ def check_request(request: dict) -> None:
             raise SpecError(f"InputDataConfig[{ch['ChannelName']}].DataSource",
                             "only S3DataSource channels are staged locally.", "use an S3 (or file://) channel.")
 
+
+
+def check_metric_regexes(definitions: list[dict]) -> None:
+    """Every MetricDefinitions regex compiles (the supervisor's MetricParser compiles them: a bad one would
+    crash it). The builders check them too; a request handed straight to submit is checked here."""
+    for i, definition in enumerate(definitions):
+        try:
+            re.compile(definition["Regex"])
+        except re.error as exc:
+            raise SpecError(f"AlgorithmSpecification.MetricDefinitions[{i}].Regex",
+                            f"{definition['Regex']!r} is not a valid regular expression ({exc}).",
+                            "fix the pattern; its one capture group is the value, e.g. 'loss=([0-9.]+)'.") from None
 
 
 def check_builtin_xgboost(request: dict) -> None:

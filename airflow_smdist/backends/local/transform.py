@@ -153,6 +153,8 @@ def list_models(backend) -> list[str]:
 # -- the request ------------------------------------------------------------------------------------------
 def check_request(request: dict) -> None:
     """What the local backend cannot run, refused before anything is written, with the way out."""
+    contract.check_instance_count(int(request["TransformResources"]["InstanceCount"]),
+                                  "TransformResources.InstanceCount")
     ti = request["TransformInput"]
     split = ti.get("SplitType") or "None"
     if split not in LOCAL_SPLIT_TYPES:

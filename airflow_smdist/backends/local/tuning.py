@@ -100,7 +100,12 @@ def check_request(request: dict) -> None:
         raise SpecError("TrainingJobDefinition.HyperParameterRanges", "is for TrainingJobDefinitions.",
                         "give the ranges in HyperParameterTuningJobConfig.ParameterRanges.")
     sample = trial_request(request, f"{request['HyperParameterTuningJobName']}-000-00000000", {})
-    training.check_request(sample)
+    try:
+        training.check_request(sample)
+    except SpecError as exc:  # a member of the definition is named as the tuning request has it
+        if exc.field.split(".")[0].split("[")[0] not in definition:
+            raise
+        raise SpecError(f"TrainingJobDefinition.{exc.field}", exc.problem, exc.fix) from None
 
 
 def trial_name(tuning_name: str, number: int) -> str:
