@@ -66,3 +66,20 @@ def test_failure_reason_quotes_the_failing_ranks_traceback_through_other_ranks_l
     assert reason.rstrip('"').rstrip().endswith("[1,3]<stderr>:ValueError: rank 3 failed on purpose"), reason
     assert "raise ValueError" in reason and "step 2" not in reason and "step 3" not in reason, reason
     assert "step 1 loss" in reason  # what was printed before the traceback is context
+
+
+def test_the_shared_network_hint_keeps_the_exception_line_of_a_long_reason():
+    """The fallback's hint (hosts share one network stack) fits in 1,024 characters with the reason's end."""
+    from airflow_smdist.backends.local.supervisor import SHARED_NETWORK_HINT, fit_failure_reason, with_network_hint
+
+    exception = "OSError: [Errno 98] Address already in use"
+    frames = "\n".join(f'  File "train.py", line {i}, in layer_{i}\n    serve()' for i in range(60))
+    reason = fit_failure_reason(f'AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "Traceback '
+                                f'(most recent call last):\n{frames}\n{exception}"')
+    hinted = with_network_hint(reason, "none")
+    assert len(hinted) <= 1024 and hinted.startswith("AlgorithmError: ExecuteUserScriptError:")
+    assert hinted.endswith(f'{exception}"\n{SHARED_NETWORK_HINT}')
+    assert with_network_hint(reason, "namespace") == reason  # each host has its own stack there
+    torch = "torch.distributed.DistNetworkError: ... port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE"
+    assert with_network_hint(torch, "none").endswith(SHARED_NETWORK_HINT)
+    assert with_network_hint("ValueError: bad input", "none") == "ValueError: bad input"

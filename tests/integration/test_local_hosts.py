@@ -146,6 +146,22 @@ def test_head_daemon_pattern_completes_when_the_head_script_ends(backend, tmp_pa
     assert_nothing_left(backend, name)
 
 
+def test_fallback_hosts_binding_0000_fail_with_a_reason_that_says_to_bind_sm_current_host(backend, tmp_path, data,
+                                                                                           monkeypatch):
+    """Issue 12: without namespaces the hosts share one network stack, so two hosts binding 0.0.0.0:2222 (as
+    net.py does, and as its namespaced run shows works on SageMaker) collide; the reason says what to do."""
+    monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", "none")
+    name = submit(backend, tmp_path, data, "net.py")
+    d = wait(backend, name, timeout=60)
+    assert d["TrainingJobStatus"] == "Failed"
+    reason = d["FailureReason"]
+    assert len(reason) <= 1024
+    assert "OSError: [Errno 98] Address already in use" in reason, reason  # the exception line stays
+    assert reason.endswith("the simulated hosts share one network stack here: bind SM_CURRENT_HOST's address, "
+                           "not 0.0.0.0"), reason
+    assert_nothing_left(backend, name)
+
+
 @pytest.mark.parametrize("pid_reused", [False, True])
 def test_kill_9_of_the_supervisor_ends_every_host_process(backend, tmp_path, data, pid_reused):
     """With ``pid_reused`` the dead supervisor's PID belongs to a live, unrelated process by the time describe

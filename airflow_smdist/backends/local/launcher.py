@@ -32,7 +32,8 @@ UNSHARE_FLAGS = ("--mount", "--uts", "--net", "--pid", "--ipc", "--fork", "--pro
 PASSTHROUGH = ("PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "JAVA_HOME")
 #: why fallback hosts differ from SageMaker instances, one line each in the job's log
 FALLBACK_DIFFERENCES = (
-    "hosts share this machine's network stack: a port bound by one host (also on 0.0.0.0) is taken for all",
+    ("hosts share this machine's network stack: a port bound by one host (also on 0.0.0.0) is taken for all; "
+     "bind SM_CURRENT_HOST's address, not 0.0.0.0"),
     "hosts share /tmp",
     ("host names are loopback addresses (SM_HOSTS, SM_CURRENT_HOST, resourceconfig.json), not algo-N, and "
      "socket.gethostname() is this machine's name"),

@@ -62,6 +62,21 @@ def fit_failure_reason(text: str, limit: int = FAILURE_LIMIT, *, keep_head: bool
     return head + marker + tail
 
 
+#: what a fallback job's FailureReason adds when a host could not bind a port another host holds
+SHARED_NETWORK_HINT = "the simulated hosts share one network stack here: bind SM_CURRENT_HOST's address, not 0.0.0.0"
+_ADDRESS_IN_USE = re.compile(r"address already in use|EADDRINUSE", re.IGNORECASE)
+
+
+def with_network_hint(reason: str, isolation: str) -> str:
+    """``reason`` with :data:`SHARED_NETWORK_HINT` as its last line when the hosts share this machine's
+    network stack (the fallback) and a port was in use: on SageMaker, and with namespaces, each host has its
+    own, so 0.0.0.0:<port> on every host works there and collides here. Still within FailureReason's limit,
+    keeping the reason's end (its exception line)."""
+    if isolation == "namespace" or not _ADDRESS_IN_USE.search(reason):
+        return reason
+    return fit_failure_reason(reason, FAILURE_LIMIT - len(SHARED_NETWORK_HINT) - 1) + "\n" + SHARED_NETWORK_HINT
+
+
 def error_excerpt(lines: list[str]) -> list[str]:
     """The lines a failure reason should quote from a host's output: up to the exception line of the last
     traceback (chained ones included, with what was printed before them as context), else the output's
@@ -362,7 +377,7 @@ class JobSupervisor:
                 label, code = failed[0]
                 host = next(h for h in cluster.hosts if h.label == label)
                 self.end_all(min(stop_grace(), 10))
-                return "Failed", "Failed", self.failure_reason(host, code)
+                return "Failed", "Failed", with_network_hint(self.failure_reason(host, code), self.isolation)
             if all(c == 0 for c in codes.values()):
                 # each host ended with its entry point (hostinit ends what it left behind): the job is done
                 return "Completed", "Completed", None
