@@ -324,41 +324,64 @@ def _host_series(samples: list[dict], t0: float, key: str, scale: float = 1.0) -
 
 #: metrics drawn (each on its own axes: a loss and a throughput do not share a scale)
 MAX_PLOTTED_METRICS = 4
+#: one utilization panel: its title and its lines (host label, x, y, line style)
+Panel = tuple[str, list[tuple[str, list, list, str]]]
+
+
+def _lines(samples: list[dict], t0: float, key: str, scale: float = 1.0, style: str = "-",
+           suffix: str = "") -> list[tuple[str, list, list, str]]:
+    return [(host + suffix, xs, ys, style) for host, (xs, ys) in _host_series(samples, t0, key, scale).items()]
+
+
+def utilization_panels(samples: list[dict], t0: float) -> list[Panel]:
+    """The per-host panels under the metric curves: CPU (and GPU on SageMaker); bytes read and written
+    (locally; disk use on SageMaker); memory (RSS locally, MemoryUtilization on SageMaker)."""
+    cpu = _lines(samples, t0, "cpu_percent") + _lines(samples, t0, "gpu_percent", style="--", suffix=" GPU")
+    io = _lines(samples, t0, "read_bytes", 1e-6, suffix=" read") + _lines(samples, t0, "write_bytes", 1e-6, "--",
+                                                                          " written")
+    rss = _lines(samples, t0, "rss_bytes", 1e-6)
+    return [("CPU per host (% of one core, summed over its processes)"
+             + ("; GPU dashed" if any(label.endswith(" GPU") for label, *_ in cpu) else ""), cpu),
+            ("bytes read (solid) and written (dashed) per host (MB, cumulative)", io) if io
+            else ("disk use per host (%)", _lines(samples, t0, "disk_percent")),
+            ("memory per host (RSS of its processes, MB)", rss) if rss
+            else ("memory per host (%)", _lines(samples, t0, "memory_percent"))]
 
 
 def plot(summary: dict[str, Any], samples: list[dict], path: str) -> str:
-    """A PNG: each metric's curve per host; CPU per host; cumulative bytes read per host (memory on SageMaker)."""
+    """A PNG: each metric's curve per host; then CPU, I/O and memory per host (:func:`utilization_panels`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    t0 = summary["start"]
     metrics = list(summary["metrics"].items())[:MAX_PLOTTED_METRICS]
-    fig, axes = plt.subplots(len(metrics) + 2, 1, figsize=(9, 3 * (len(metrics) + 2)), constrained_layout=True,
-                             squeeze=False)
+    panels = utilization_panels(samples, summary["start"])
+    rows = len(metrics) + len(panels)
+    fig, axes = plt.subplots(rows, 1, figsize=(9, 3 * rows), constrained_layout=True, squeeze=False)
     axes = [row[0] for row in axes]
     for ax, (metric, m) in zip(axes, metrics):
         for host, series in m["series"].items():
             ax.plot([p[0] for p in series], [p[1] for p in series], marker=".", label=host)
         ax.set_title(f"{metric}" + (" (diverged)" if m["diverged"] else ""))
-    cpu_ax, io_ax = axes[len(metrics)], axes[len(metrics) + 1]
-    for host, (xs, ys) in _host_series(samples, t0, "cpu_percent").items():
-        cpu_ax.plot(xs, ys, label=host)
-    cpu_ax.set_title("CPU per host (% of one core, summed over its processes)")
-    reads = _host_series(samples, t0, "read_bytes", 1e-6)
-    for host, (xs, ys) in (reads or _host_series(samples, t0, "memory_percent")).items():
-        io_ax.plot(xs, ys, label=host)
-    io_ax.set_title("bytes read per host (MB, cumulative)" if reads else "memory per host (%)")
+    hosts = sorted({s["host"] for s in samples})
+    for ax, (title, lines) in zip(axes[len(metrics):], panels):
+        for label, xs, ys, style in lines:  # one colour per host in every panel
+            ax.plot(xs, ys, style, label=label, color=f"C{hosts.index(label.split(' ')[0]) % 10}")
+        ax.set_title(title)
     fig.suptitle(f"{summary['job_name']}: {len(summary['hosts'])} host(s), {summary['duration_seconds']:.0f} s")
     for ax in axes:
         ax.set_xlim(0, max(summary["duration_seconds"], 1.0))  # one time axis for every panel
         ax.set_xlabel("seconds since start")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
-    fig.savefig(path, dpi=72)
+    fig.savefig(path, dpi=PLOT_DPI)
     plt.close(fig)
     return path
+
+
+#: the PNG's resolution: each panel is 3 inches high
+PLOT_DPI = 72
 
 
 # -- the operator's entry point --------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_smdist.insight import cloudwatch_queries, summarize
+from airflow_smdist.insight import cloudwatch_queries, summarize, utilization_panels
 
 
 def samples(host, reads, cpu):
@@ -61,3 +61,18 @@ def test_cloudwatch_queries_name_the_job_and_every_host():
                                             "Dimensions": [{"Name": "TrainingJobName", "Value": "j"}]}
     hosts = {x["MetricStat"]["Metric"]["Dimensions"][0]["Value"] for x in q[1:]}
     assert hosts == {"j/algo-1", "j/algo-2"} and len(q) == 1 + 2 * 4
+
+
+def test_utilization_panels_draw_memory_and_bytes_written_next_to_reads():
+    local = [{"t": 10.0 + i, "host": "algo-1", "cpu_percent": 50, "read_bytes": 1e6 * i, "write_bytes": 2e6 * i,
+              "rss_bytes": 3e6 * (i + 1)} for i in range(3)]
+    (cpu, _), (io, io_lines), (memory, memory_lines) = utilization_panels(local, 10.0)
+    assert cpu.startswith("CPU per host") and io.startswith("bytes read (solid) and written (dashed)")
+    assert [(label, ys, style) for label, _xs, ys, style in io_lines] == [
+        ("algo-1 read", [0.0, 1.0, 2.0], "-"), ("algo-1 written", [0.0, 2.0, 4.0], "--")]
+    assert memory.startswith("memory per host (RSS") and memory_lines[0][1:3] == ([0.0, 1.0, 2.0], [3.0, 6.0, 9.0])
+    cloud = [{"t": 60.0 * i, "host": "algo-1", "cpu_percent": 90, "memory_percent": 40, "disk_percent": 5,
+              "gpu_percent": 70} for i in range(2)]
+    (cpu, cpu_lines), (disk, _), (memory, memory_lines) = utilization_panels(cloud, 0.0)
+    assert cpu.endswith("GPU dashed") and [label for label, *_ in cpu_lines] == ["algo-1", "algo-1 GPU"]
+    assert disk == "disk use per host (%)" and memory == "memory per host (%)" and memory_lines[0][2] == [40, 40]
