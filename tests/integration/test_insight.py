@@ -41,6 +41,10 @@ def read_png(uri: str) -> bytes:
     return data
 
 
+def image_height(png: bytes) -> int:
+    return int.from_bytes(png[20:24], "big")  # the IHDR chunk: width, then height
+
+
 def task_log(caplog, capsys) -> str:
     """What the task log got: Airflow 3 writes task logs through structlog (stdout here), Airflow 2 through
     logging."""
@@ -79,7 +83,13 @@ def test_uneven_reads_are_measured_per_host_and_reported(tmp_path, local_root, c
         assert summary["hosts"][host]["channels"] == {"train": 16 << 20}
     assert summary["hosts"]["algo-1"]["samples"] >= 3
     assert result["insight"]["summary_uri"] == f"file://{tmp_path}/out/{result['job_name']}/output/insight.json"
-    read_png(result["insight"]["plot_uri"])
+    for host in ("algo-1", "algo-2"):  # memory and bytes written in XCom too, as the summary has them
+        digest, full = hosts[host], summary["hosts"][host]
+        assert digest["peak_rss_bytes"] == full["peak_rss_bytes"] and 5 << 20 < digest["peak_rss_bytes"] < 1 << 30
+        assert digest["write_bytes"] == full["write_bytes"] > 0  # its log lines, at least
+        assert digest["channel_bytes"] == 16 << 20
+    # no metric curves here: CPU, I/O (read and written) and memory panels, 3 inches each at 72 dpi
+    assert image_height(read_png(result["insight"]["plot_uri"])) == 3 * 3 * 72
 
 
 @pytest.mark.slow
@@ -190,15 +200,20 @@ def test_sagemaker_insight_reads_cloudwatch_on_the_moto_server(moto_server, s3_b
     job = sagemaker_backend().training_jobs[name]
     job.training_start_time, job.training_end_time = start, start + timedelta(minutes=8)
     cw = boto3.client("cloudwatch", endpoint_url=moto_server, region_name=REGION)
-    for minute, (loss, cpu1, cpu2) in enumerate([(1.0, 90, 20), (0.5, 95, 25), (0.25, 92, 22)], start=1):
+    # per host and minute: CPU, memory, disk, GPU (algo-2 has no GPU metric: a host without one)
+    instance = {"algo-1": [(90, 40, 10, 80), (95, 50, 11, 85), (92, 60, 12, 90)],
+                "algo-2": [(20, 30, 20, None), (25, 30, 22, None), (22, 33, 24, None)]}
+    for minute, loss in enumerate([1.0, 0.5, 0.25], start=1):
         at = start + timedelta(minutes=minute)
-        cw.put_metric_data(Namespace="/aws/sagemaker/TrainingJobs", MetricData=[
-            {"MetricName": "train:loss", "Value": loss, "Timestamp": at,
-             "Dimensions": [{"Name": "TrainingJobName", "Value": name}]},
-            {"MetricName": "CPUUtilization", "Value": cpu1, "Timestamp": at,
-             "Dimensions": [{"Name": "Host", "Value": f"{name}/algo-1"}]},
-            {"MetricName": "CPUUtilization", "Value": cpu2, "Timestamp": at,
-             "Dimensions": [{"Name": "Host", "Value": f"{name}/algo-2"}]}])
+        data = [{"MetricName": "train:loss", "Value": loss, "Timestamp": at,
+                 "Dimensions": [{"Name": "TrainingJobName", "Value": name}]}]
+        for host, rows in instance.items():
+            for metric, value in zip(("CPUUtilization", "MemoryUtilization", "DiskUtilization", "GPUUtilization"),
+                                     rows[minute - 1]):
+                if value is not None:
+                    data.append({"MetricName": metric, "Value": value, "Timestamp": at,
+                                 "Dimensions": [{"Name": "Host", "Value": f"{name}/{host}"}]})
+        cw.put_metric_data(Namespace="/aws/sagemaker/TrainingJobs", MetricData=data)
 
     with caplog.at_level(logging.INFO):  # a retry of the same task instance reattaches and reports
         result = SageMakerDistributedTrainingOperator(**args).execute(context("cw"))
@@ -207,10 +222,17 @@ def test_sagemaker_insight_reads_cloudwatch_on_the_moto_server(moto_server, s3_b
     assert insight["metrics"]["train:loss"] == {"first": 1.0, "last": 0.25, "min": 0.25, "diverged": False}
     assert insight["hosts"]["algo-1"]["cpu_mean_percent"] == pytest.approx(92.3, abs=0.1)
     assert insight["hosts"]["algo-2"]["cpu_mean_percent"] == pytest.approx(22.3, abs=0.1)
+    assert {k: insight["hosts"]["algo-1"][k] for k in ("memory_mean_percent", "disk_mean_percent",
+                                                       "gpu_mean_percent")} == {
+        "memory_mean_percent": 50.0, "disk_mean_percent": 11.0, "gpu_mean_percent": 85.0}
+    assert insight["hosts"]["algo-2"]["memory_mean_percent"] == 31.0
+    assert insight["hosts"]["algo-2"]["disk_mean_percent"] == 22.0 and "gpu_mean_percent" not in insight["hosts"][
+        "algo-2"]
     assert insight["summary_uri"] == f"s3://{s3_bucket}/output/{name}/output/insight.json"
     s3 = boto3.client("s3", endpoint_url=moto_server, region_name=REGION)
     png = s3.get_object(Bucket=s3_bucket, Key=f"output/{name}/output/insight.png")["Body"].read()
     assert png[:8] == PNG_MAGIC
     summary = json.loads(s3.get_object(Bucket=s3_bucket, Key=f"output/{name}/output/insight.json")["Body"].read())
     assert [v for _t, v in summary["metrics"]["train:loss"]["series"]["all"]] == [1.0, 0.5, 0.25]
+    assert summary["hosts"]["algo-1"]["samples"] == 3 and summary["hosts"]["algo-1"]["gpu_mean_percent"] == 85.0
     assert "Insight: Job " + name in task_log(caplog, capsys)
