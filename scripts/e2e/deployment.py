@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +15,21 @@ import httpx
 UI = os.environ.get("AIRFLOW_LOCAL_UI", "")
 SCRIPT = os.environ.get("AIRFLOW_LOCAL_SCRIPT", "")
 TERMINAL = {"success", "failed"}
+REPO = Path(__file__).resolve().parents[2]
+#: the DAG folder scripts/e2e-deployment.sh builds: the example DAGs and the e2e DAG(s)
+DAG_FOLDERS = (REPO / "dags", REPO / "scripts" / "e2e" / "dags")
+
+
+def declared_dag_ids(folders: tuple[Path, ...] = DAG_FOLDERS) -> set[str]:
+    """Every DAG id the DAG files of ``folders`` declare (``dag_id="..."``): what the deployment must register."""
+    ids: set[str] = set()
+    for folder in folders:
+        for path in sorted(folder.glob("*.py")):
+            found = re.findall(r'\bdag_id="([^"]+)"', path.read_text())
+            if not found:
+                raise AssertionError(f"{path} declares no dag_id=\"...\": write it out so the e2e test can expect it")
+            ids.update(found)
+    return ids
 
 
 class Api:
@@ -76,15 +92,18 @@ class Api:
     def links(self, dag_id: str, run_id: str, task_id: str) -> dict:
         return self.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/links")["extra_links"]
 
-    def wait_for_dags(self, dag_ids: list[str], timeout: float = 300) -> None:
+    def wait_for_dags(self, dag_ids: set[str], timeout: float = 300) -> None:
+        """Wait until every DAG of ``dag_ids`` is registered, then require no import error at all."""
         deadline = time.time() + timeout
+        known: set[str] = set()
         while time.time() < deadline:
             known = {d["dag_id"] for d in self.get("/dags", limit=100)["dags"]}
-            if set(dag_ids) <= known:
-                return
+            if dag_ids <= known:
+                break
             time.sleep(2)
-        errors = self.get("/importErrors")
-        raise AssertionError(f"DAGs not parsed within {timeout}s: {set(dag_ids) - known}; import errors {errors}")
+        errors = self.get("/importErrors", limit=100)
+        assert dag_ids <= known, f"DAGs not parsed within {timeout}s: {sorted(dag_ids - known)}; import errors {errors}"
+        assert errors["total_entries"] == 0, [(e["filename"], e["stack_trace"][-600:]) for e in errors["import_errors"]]
 
 
 def component(action: str, name: str) -> None:

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 
 import pytest
-from deployment import Api, component, local_jobs, task_process
+from deployment import Api, component, declared_dag_ids, local_jobs, task_process
 
 TORCH = "smdist_torch_distributed"
 MANY = "smdist_many_jobs"
@@ -90,7 +90,9 @@ def api() -> Api:
 
 @pytest.fixture(scope="module")
 def observed(api: Api) -> Observed:
-    api.wait_for_dags([TORCH, MANY, MOTO])
+    dag_ids = declared_dag_ids()  # every example DAG and the e2e DAG, registered, with no import error
+    assert {TORCH, MANY, MOTO} <= dag_ids, dag_ids
+    api.wait_for_dags(dag_ids)
     home = os.environ["AIRFLOW_HOME"]
     obs = Observed()
     started = time.time()
