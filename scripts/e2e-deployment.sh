@@ -23,6 +23,8 @@ MOTO_PORT="$(free_port)"
 mkdir -p "$E2E_ARTIFACTS"
 
 cleanup() {
+  # a timeout around this script (.ci/run) ends it with SIGTERM: end the tests (their own process group) too
+  [ -n "${TESTS_PID:-}" ] && kill -TERM "$TESTS_PID" 2>/dev/null || true
   bash scripts/airflow-local.sh stop >/dev/null 2>&1 || true
   [ -n "${MOTO_PID:-}" ] && kill "$MOTO_PID" 2>/dev/null || true
   # keep the components' logs with the screenshots, then remove everything else
@@ -70,7 +72,11 @@ echo "[e2e] deployment up after $(( $(date +%s) - STARTED )) s"
 source "$AIRFLOW_LOCAL_DIR/env.sh"
 export AIRFLOW_LOCAL_SCRIPT="$REPO/scripts/airflow-local.sh"
 rc=0
+# in the background, so that a SIGTERM to this script runs cleanup at once rather than after the tests
 timeout 900 "$PY" -m pytest scripts/e2e/test_deployment.py scripts/e2e/test_browser.py -ra -q -p no:cacheprovider \
-  -o testpaths=scripts/e2e --timeout 900 "$@" || rc=$?
+  -o testpaths=scripts/e2e --timeout 900 "$@" &
+TESTS_PID=$!
+wait "$TESTS_PID" || rc=$?
+TESTS_PID=
 echo "[e2e] wall time $(( $(date +%s) - STARTED )) s (rc $rc); screenshots in $E2E_ARTIFACTS"
 exit $rc
