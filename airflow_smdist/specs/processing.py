@@ -489,9 +489,8 @@ def _inputs(spec: Any, job_name: str, code_location: str | None, allow_local: bo
               "S3InputMode": s.get("S3InputMode", "File"),
               "S3DataDistributionType": s.get("S3DataDistributionType", "FullyReplicated"),
               "S3CompressionType": s.get("S3CompressionType", "None")}
-        entry = {"InputName": name, "S3Input": s3}
-        if _as_bool(s.get("AppManaged", False), f"{where}.app_managed"):
-            entry["AppManaged"] = True  # the SDK sends AppManaged only when it is set
+        entry = {"InputName": name, "AppManaged": _as_bool(s.get("AppManaged", False), f"{where}.app_managed"),
+                 "S3Input": s3}
         out.append(entry)
     return out
 
@@ -518,10 +517,8 @@ def _outputs(spec: Any, allow_local: bool) -> list[dict[str, Any]]:
             raise SpecError(f"{where}.destination", "is required.", "give the s3:// prefix the output is uploaded to.")
         _check_uri(dest, f"{where}.destination", allow_local)
         local = _check_local_path(s.get("LocalPath") or OUTPUT_BASE + name, f"{where}.source")
-        entry = {"OutputName": name, "S3Output": {"S3Uri": dest, "LocalPath": local,
-                                                  "S3UploadMode": s.get("S3UploadMode", "EndOfJob")}}
-        if _as_bool(s.get("AppManaged", False), f"{where}.app_managed"):
-            entry["AppManaged"] = True
+        entry = {"OutputName": name, "AppManaged": _as_bool(s.get("AppManaged", False), f"{where}.app_managed"),
+                 "S3Output": {"S3Uri": dest, "LocalPath": local, "S3UploadMode": s.get("S3UploadMode", "EndOfJob")}}
         out.append(entry)
     return out
 
@@ -598,6 +595,10 @@ def _request(a: ProcessingArguments, *, job_name: str, image: str, entrypoint: l
         app["ContainerEntrypoint"] = entrypoint
     request: dict[str, Any] = {"ProcessingJobName": job_name, "ProcessingResources": {"ClusterConfig": cluster},
                                "AppSpecification": app, "RoleArn": a.role}
+    # AppManaged on every input and output, false unless set: what SDK 2's ProcessingInput/ProcessingOutput
+    # always send (the API's default; SDK 3 leaves it out)
+    inputs = [{"InputName": entry["InputName"], "AppManaged": False, **entry} for entry in inputs]
+    outputs = [{"OutputName": entry["OutputName"], "AppManaged": False, **entry} for entry in outputs]
     if inputs:
         request["ProcessingInputs"] = inputs
     if outputs:

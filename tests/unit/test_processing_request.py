@@ -75,12 +75,15 @@ def test_pyspark_request_has_the_sdk_command_inputs_and_outputs_in_order(tmp_pat
     assert by_name["code"]["LocalPath"] == "/opt/ml/processing/input/code"
     outputs = req["ProcessingOutputConfig"]["Outputs"]
     assert outputs == [
-        {"OutputName": "train", "S3Output": {"S3Uri": "s3://data/train/", "LocalPath": "/opt/ml/processing/output/train",
-                                             "S3UploadMode": "EndOfJob"}},
-        {"OutputName": "spark-event-logs", "S3Output": {"S3Uri": "s3://bucket/events",
-                                                        "LocalPath": "/opt/ml/processing/spark-events/",
-                                                        "S3UploadMode": "Continuous"}},
+        {"OutputName": "train", "AppManaged": False,
+         "S3Output": {"S3Uri": "s3://data/train/", "LocalPath": "/opt/ml/processing/output/train",
+                      "S3UploadMode": "EndOfJob"}},
+        {"OutputName": "spark-event-logs", "AppManaged": False,
+         "S3Output": {"S3Uri": "s3://bucket/events", "LocalPath": "/opt/ml/processing/spark-events/",
+                      "S3UploadMode": "Continuous"}},
     ]
+    # AppManaged: false on every input too, as SDK 2's ProcessingInput always sends it
+    assert [i["AppManaged"] for i in req["ProcessingInputs"]] == [False] * 5
     assert req["ProcessingResources"] == {"ClusterConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 3,
                                                             "VolumeSizeInGB": 30}}
     assert req["Environment"] == {"STAGE": "1"} and req["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200}
@@ -212,6 +215,20 @@ def test_inputs_and_outputs_in_every_accepted_form():
     assert [o["OutputName"] for o in req["ProcessingOutputConfig"]["Outputs"]] == ["o", "output-2"]
     assert req["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3UploadMode"] == "Continuous"
     assert req["ProcessingOutputConfig"]["Outputs"][1]["S3Output"]["LocalPath"] == "/opt/ml/processing/output/output-2"
+
+
+def test_app_managed_is_always_sent_and_true_only_when_set():
+    """AppManaged on every input and output (SDK 2's ProcessingInput/ProcessingOutput always send it), false
+    unless app_managed is set; an entry in the API's form keeps the value it gives."""
+    req = spark(inputs={"own": {"source": "s3://d/own", "app_managed": True}, "plain": "s3://d/plain",
+                        "api": {"S3Input": {"S3Uri": "s3://d/api", "LocalPath": "/opt/ml/processing/api",
+                                            "S3DataType": "S3Prefix"}, "AppManaged": True}},
+                outputs={"mine": {"destination": "s3://d/mine", "app_managed": "true"}, "out": "s3://d/out"}).request
+    botocore_valid(req)
+    assert {i["InputName"]: i["AppManaged"] for i in req["ProcessingInputs"]} == {
+        "own": True, "plain": False, "api": True, "code": False}
+    assert {o["OutputName"]: o["AppManaged"] for o in req["ProcessingOutputConfig"]["Outputs"]} == {
+        "mine": True, "out": False}
 
 
 def test_local_input_sources_are_uploaded_under_the_job(tmp_path):

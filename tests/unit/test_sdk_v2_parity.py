@@ -32,9 +32,7 @@ def sdk_request(case: str) -> dict:
     * ``HyperParameterTuningResourceConfig``: the tuner moves ``ResourceConfig`` there; SageMaker takes both
       shapes, and the training definition keeps the training job's ``ResourceConfig`` here;
     * an empty list of one kind of parameter range (``"IntegerParameterRanges": []``): the tuner sends all three
-      kinds; the builder sends the kinds it has, which SageMaker reads the same;
-    * ``AppManaged: false``: the API default, which SDK 3 (the live oracle of the other processing tests)
-      no longer sends.
+      kinds; the builder sends the kinds it has, which SageMaker reads the same.
     """
     request = copy.deepcopy(FIXTURES["cases"][case]["request"])
     for key in ("DebugHookConfig", "ProfilerConfig"):
@@ -48,9 +46,6 @@ def sdk_request(case: str) -> dict:
         ranges = request["HyperParameterTuningJobConfig"]["ParameterRanges"]
         for kind in [k for k, v in ranges.items() if v == []]:
             del ranges[kind]
-    for entry in request.get("ProcessingInputs", []) + request.get("ProcessingOutputConfig", {}).get("Outputs", []):
-        if entry.get("AppManaged") is False:
-            del entry["AppManaged"]
     return request
 
 
