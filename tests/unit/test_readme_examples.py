@@ -1,6 +1,7 @@
 """The README's operator examples run as written: the code blocks of "A training job in a DAG" and the
-one-line examples of the operator table are executed in a DAG, and each operator they make builds its
-request (validated against botocore's model) for the local backend."""
+one-line examples of the operator table are executed in a DAG (each imported from the module the table names),
+and each operator they make that plans a job builds its request (validated against botocore's model) for the
+local backend."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import re
 import pytest
 
 README = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-#: operators of the table whose one-line example stands alone (the others name their neighbours' tasks)
+#: operators and sensors of the table whose one-line example stands alone (the others name their neighbours'
+#: tasks); those with a plan build their request, the others (sharded inference, sensors) are constructed
 TABLE_OPERATORS = ("SageMakerDistributedTrainingOperator", "SageMakerPySparkProcessingOperator",
-                   "SmdistProcessingOperator")
+                   "SmdistProcessingOperator", "SmdistTuningOperator", "SageMakerShardedBatchInferenceOperator",
+                   "SageMakerDistributedTrainingSensor", "SmdistProcessingSensor",
+                   "SageMakerShardedBatchInferenceSensor", "SmdistTuningSensor")
 
 
 def section(title: str) -> str:
@@ -25,10 +29,18 @@ def training_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section("A training job in a DAG"), re.S)
 
 
+def table_row(operator: str) -> str:
+    return next(line for line in section("Operators, sensors, hooks").splitlines()
+                if line.startswith(f"| `{operator}` |"))
+
+
 def table_example(operator: str) -> str:
-    row = next(line for line in section("Operators, sensors, hooks").splitlines()
-               if line.startswith(f"| `{operator}` |"))
-    return row.rsplit("| `", 1)[1].rstrip("` |")
+    return table_row(operator).rsplit("| `", 1)[1].rstrip("` |")
+
+
+def table_module(operator: str) -> str:
+    """The module the table's second column names for the class."""
+    return table_row(operator).split("|")[2].strip().strip("`")
 
 
 def dag():
@@ -79,9 +91,10 @@ def test_the_training_examples_run_and_v2_and_v3_spellings_build_the_same_reques
 @pytest.mark.parametrize("operator", TABLE_OPERATORS)
 def test_the_operator_table_examples_run(operator):
     namespace: dict = {}
-    module = {"SageMakerDistributedTrainingOperator": "training"}.get(operator, "processing")
-    exec(f"from airflow_smdist.operators.{module} import {operator}", namespace)  # noqa: S102
+    exec(f"from {table_module(operator)} import {operator}", namespace)  # noqa: S102
     with dag():
-        namespace["op"] = eval(table_example(operator), namespace)  # noqa: S307 - the README's own code
-    (request,) = planned({"op": namespace["op"]}).values()
-    assert request
+        op = eval(table_example(operator), namespace)  # noqa: S307 - the README's own code
+    assert type(op).__name__ == operator
+    if hasattr(op, "plan"):
+        (request,) = planned({"op": op}).values()
+        assert request
