@@ -26,6 +26,7 @@ def test_study_report_matches_the_jobs_measured_times(tmp_path):
     log = run.stdout + run.stderr
     assert run.returncode == 0 and "state=success" in log, log[-4000:]
     assert "SCALING CHECK OK" in log  # the check task compared the report with both jobs' XCom results
+    assert "LR CHECK OK 0.1 -> 0.2" in log  # and 2 hosts were started with twice 1 host's learning rate
     assert "Scaling study:" in log and "ml_m5_xlarge_x2" in log  # the table in the report task's log
     pngs = glob.glob(str(tmp_path / "scaling-check" / "study" / "*" / "scaling.png"))
     assert len(pngs) == 1 and open(pngs[0], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
