@@ -199,7 +199,7 @@ def summarize_hosts(samples: list[dict], t0: float, duration: float) -> dict[str
 
 
 def _mb(value: float) -> str:
-    return f"{value / 1e6:.1f} MB"
+    return f"{value / 1e6:.1f} MB" if value >= 1e6 else f"{value / 1e3:.0f} kB"
 
 
 def _idle_text(host: dict[str, Any]) -> str:

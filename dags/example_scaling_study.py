@@ -75,7 +75,9 @@ with DAG(
                 x = [rng.uniform(-1, 1) for _ in range(3)]
                 lines.append(",".join(f"{v:.6f}" for v in [*x, 3 * x[0] - 2 * x[1] + 0.5 * x[2] + rng.gauss(0, 0.05)]))
             storage.write_bytes(("\n".join(lines) + "\n").encode(), join_uri(data_uri, f"part-{part:04d}.csv"))
-        return data_uri
+        # a folder: the prefix ".../scaling" alone would also match ".../scaling-output/...", and the jobs'
+        # own outputs (models, plots) would end up in the next jobs' channel, unevenly (S3 prefix semantics)
+        return data_uri.rstrip("/") + "/"
 
     data = generate_data("{{ params.data_uri }}", "{{ params.rows }}")
 
