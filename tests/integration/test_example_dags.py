@@ -44,11 +44,35 @@ VARIANTS = [("smdist_tuning", {"strategy": s}) for s in ("Random", "Hyperband", 
 IMAGE_RUNTIME_DAG = "smdist_sharded_batch_inference"
 
 
+def scaling_study_shows_its_plots(home: str, log: str) -> None:
+    """The study's table in the report task's log, its scaling.png and every job's insight.png under the
+    output URI (the DAG's default: $AIRFLOW_HOME/smdist-data/scaling-output)."""
+    out = os.path.join(home, "smdist-data", "scaling-output")
+    assert "Scaling study:" in log and "speed-up" in log and "efficiency" in log, log[-3000:]
+    assert all(f"ml_m5_xlarge_x{n} " in log for n in (1, 2, 4)), log[-3000:]  # a row per configuration
+    assert "the shards are uneven" not in log  # 12 equal objects over 1, 2 and 4 hosts (and no outputs among them)
+    assert_pngs(glob.glob(os.path.join(out, "study", "*", "scaling.png")), 1)
+    assert_pngs(glob.glob(os.path.join(out, "*", "output", "insight.png")), 3)
+
+
+def assert_pngs(paths: list[str], count: int) -> None:
+    assert len(paths) == count, paths
+    for path in paths:
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n", path
+
+
+#: what an example DAG must leave behind besides success, by dag_id: check(AIRFLOW_HOME, the run's output)
+CHECKS = {"smdist_scaling_study": scaling_study_shows_its_plots}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dag_id, conf", [(d, None) for d in dag_ids() if d != IMAGE_RUNTIME_DAG] + VARIANTS)
 def test_example_dag_runs_on_the_local_backend(airflow_env, dag_id, conf):
     airflow, env = airflow_env
-    run_dag(airflow, env, dag_id, conf)
+    log = run_dag(airflow, env, dag_id, conf)
+    if dag_id in CHECKS and conf is None:
+        CHECKS[dag_id](env["AIRFLOW_HOME"], log)
 
 
 @pytest.mark.slow
