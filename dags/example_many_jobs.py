@@ -75,7 +75,7 @@ with DAG(
                 storage.write_bytes(("\n".join(rows) + "\n").encode(),
                                     join_uri(data_uri, f"segment-{s}", f"part-{part}.csv"))
             subtasks.append({
-                "inputs": {"train": join_uri(data_uri, f"segment-{s}")},
+                "inputs": {"train": join_uri(data_uri, f"segment-{s}") + "/"},  # a folder: not segment-1x too
                 "hyperparameters": {"epochs": 2 + s, "batch_size": 32},
                 "instance_type": "ml.m5.xlarge" if s % 2 == 0 else "ml.c5.xlarge",
                 "tags": {"segment": str(s)},
@@ -97,14 +97,14 @@ with DAG(
         stages=[{"batch_size": 32, "epochs": 1}, {"batch_size": 64, "epochs": 1}, {"batch_size": 128, "epochs": 1}],
         lr_scaling={"base_learning_rate": 0.01, "base_batch_size": 32, "warmup_epochs": 0},
         checkpoint_s3_uri="{{ params.output_uri }}/checkpoints/growing/{{ run_id | replace(':', '-') | replace('+', '-') }}",
-        inputs={"train": {"s3_uri": "{{ params.data_uri }}/segment-0", "distribution": "ShardedByS3Key"}},
+        inputs={"train": {"s3_uri": "{{ params.data_uri }}/segment-0/", "distribution": "ShardedByS3Key"}},
         instance_count=2, distribution={"torch_distributed": {"enabled": True}}, **common)
 
     chain = SageMakerTrainingChainOperator(
         task_id="long_training",
         entry_point="train.py", source_dir=os.path.join(HERE, "scripts", "long_job"), **PYTORCH,
         hyperparameters={"units": "{{ params.chain_units }}", "seconds_per_unit": 0.5},
-        inputs={"train": "{{ params.data_uri }}/segment-0"},
+        inputs={"train": "{{ params.data_uri }}/segment-0/"},
         output_path="{{ params.output_uri }}", role="{{ params.role }}", poll_interval=1,
         max_run="{{ params.link_max_run }}", max_links=10, deferrable="{{ params.deferrable }}",
         checkpoint_s3_uri="{{ params.output_uri }}/checkpoints/chain/{{ run_id | replace(':', '-') | replace('+', '-') }}",

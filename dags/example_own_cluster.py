@@ -67,7 +67,8 @@ with DAG(
         entry_point="estimate.py", source_dir=os.path.join(HERE, "scripts", "own_cluster"), include_runtime=True,
         framework="pytorch", framework_version="2.5.1", py_version="py311",  # any Python container will do
         instance_type="ml.c5.xlarge", instance_count="{{ params.instance_count }}",
-        inputs={"records": {"s3_uri": "{{ params.data_uri }}", "distribution": "ShardedByS3Key"}},
+        # a folder ("/"): the prefix alone would also match output_uri's default ".../own-cluster-output/..."
+        inputs={"records": {"s3_uri": "{{ params.data_uri.rstrip('/') }}/", "distribution": "ShardedByS3Key"}},
         output_path="{{ params.output_uri }}", role="{{ params.role }}", max_run=900, poll_interval=2,
         metric_definitions=[{"Name": "mean", "Regex": r"mean=([0-9.eE+-]+)"},
                             {"Name": "records", "Regex": r"records=([0-9]+)"}],

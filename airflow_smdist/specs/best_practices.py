@@ -140,6 +140,29 @@ def check_training(
     return advice
 
 
+def channels_matching_output(request: dict[str, Any]) -> list[Advice]:
+    """``channel-matches-output`` (warning): an S3Prefix channel whose prefix the job's output path starts
+    with. S3Prefix matches every key that starts with it, folder or not (``s3://b/data`` also matches
+    ``s3://b/data-output/...``), so the models and outputs of this and earlier jobs become training data of
+    the next run. SageMaker runs it all the same; the local backend too."""
+    output = str((request.get("OutputDataConfig") or {}).get("S3OutputPath") or "")
+    advice = []
+    for channel in request.get("InputDataConfig") or []:
+        source = (channel.get("DataSource") or {}).get("S3DataSource") or {}
+        uri = str(source.get("S3Uri") or "")
+        if not output or not uri or source.get("S3DataType", "S3Prefix") != "S3Prefix":
+            continue
+        if output.startswith(uri):
+            advice.append(Advice(
+                "warning", "channel-matches-output",
+                f"channel {channel.get('ChannelName')!r} ({uri}) is a prefix of the job's output path {output}: "
+                "S3Prefix takes every key that starts with it, so what this and earlier jobs write there becomes "
+                "this channel's data in the next run. End the channel's prefix with '/' and keep the output "
+                "outside it.",
+            ))
+    return advice
+
+
 def _not_enabled(name: str) -> Advice:
     return Advice("info", "strategy-not-enabled",
                   f"distribution.{name} is present but not enabled, so it does nothing; add \"enabled\": True "

@@ -637,6 +637,9 @@ class TrainingSpec:
         advice += self.stopping.to_request(request, max_run)
         self.network.to_request(request)
         request = {k: request[k] for k in REQUEST_ORDER if k in request}
+        for a in best_practices.channels_matching_output(request):
+            log.warning("%s", a)
+            advice.append(a)
 
         validate_request("CreateTrainingJob", request, allow_local_uris=allow_local_uris)
         uploads = bool(script_hps) and source_uri != self.script.source_dir

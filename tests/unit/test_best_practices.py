@@ -203,3 +203,21 @@ def test_lr_scaling_validation(kwargs, field):
     with pytest.raises(SpecError) as err:
         scale_learning_rate(**args)
     assert err.value.field == field
+
+
+def test_a_channel_whose_prefix_the_output_path_starts_with_is_a_warning():
+    """S3Prefix s3://b/data also takes s3://b/data-output/...: the job's own outputs (and earlier runs')
+    would be the next run's data. A folder prefix, or an output elsewhere, is fine."""
+    from airflow_smdist.specs.training import build_training
+
+    def advice(channel: str, output: str) -> list[str]:
+        plan = build_training(job_name="j", image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1",
+                              role="arn:aws:iam::123456789012:role/R", instance_type="ml.m5.xlarge",
+                              inputs={"train": channel}, output_path=output)
+        return [a.message for a in plan.advice if a.code == "channel-matches-output"]
+
+    (message,) = advice("s3://b/data", "s3://b/data-output")
+    assert "channel 'train' (s3://b/data)" in message and "End the channel's prefix with '/'" in message
+    assert advice("s3://b/data", "s3://b/data/out")  # the output inside the channel's folder: the same
+    assert advice("s3://b/data/", "s3://b/data-output") == []
+    assert advice("s3://b/data", "s3://b/out") == []
