@@ -15,12 +15,14 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 
 # airflow  amazon provider  boto3  [extra pins for this row, comma-separated]
+# 3.0.6: fastapi >= 0.132 rejects JSON bodies without a Content-Type header (strict_content_type), and the task
+# SDK 1.0.6 sends its Execution API calls (PATCH task-instances/<id>/run, ...) without one: 422 on every task.
 # 3.2.1: fastapi >= 0.137 (uv picks the newest, with cadwyn 9) makes Airflow 3.2.1's Execution API fail to build
 # (PydanticUserError: Model 'TITerminalStatePayload' needs a discriminator field): Airflow 3.3 caps fastapi<0.137
 ROWS_TABLE="
 2.10.3 9.0.0  1.35.36
 2.11.0 9.8.0  1.37.3
-3.0.6  9.12.0 1.39.11
+3.0.6  9.12.0 1.39.11 fastapi<0.132
 3.2.1  9.25.0 1.42.84 fastapi<0.137
 3.3.1  9.34.0 1.43.56
 "
