@@ -104,6 +104,7 @@ def main() -> None:
     args = p.parse_args()
     cores = os.cpu_count() or 1
     counts = sorted({1, 2, cores})
+    os.environ.setdefault("SMDIST_LOCAL_RUNTIME", "worker")  # an own image: run in this interpreter
 
     from airflow_smdist.backends.local import LocalBackend
     from airflow_smdist.backends.local.transform import create_model
