@@ -61,7 +61,18 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             setattr(self, name, value)
         self.distributed = _distributed_dict(self.distributed)
         self._plan = None
+        #: the values of ``secret_hyperparameters``, kept out of the ``hyperparameters`` template field once
+        #: rendered (see :meth:`hide_secrets`)
+        self._secret_values: dict[str, Any] = {}
         self.check_secret_names()
+
+    def training_arguments(self) -> dict[str, Any]:
+        """The builder's training arguments (:data:`TRAINING_ARGS`) as this task renders them, the secret
+        hyperparameters' values included."""
+        out = {name: getattr(self, name) for name in TRAINING_ARGS}
+        if self._secret_values and isinstance(out["hyperparameters"], dict):
+            out["hyperparameters"] = {**out["hyperparameters"], **self._secret_values}
+        return out
 
     def plan(self, job_name: str, backend_name: str):
         require_role(self, backend_name)  # before anything is built or uploaded
@@ -75,7 +86,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         try:
             return build_training(job_name=job_name, region=self.hook.region_name,
                                   allow_local_uris=backend_name == "local",
-                                  **{name: getattr(self, name) for name in TRAINING_ARGS})
+                                  **self.training_arguments())
         finally:
             if handler:
                 spec_log.removeHandler(handler)
@@ -101,13 +112,28 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         self.check_secret_names()
         for name in self.secret_hyperparameters:
             value = (self.hyperparameters or {}).get(name) if isinstance(self.hyperparameters, dict) else None
-            mask_hyperparameter(value)
+            mask_hyperparameter(self._secret_values.get(name, value))
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
-        """Mask the secrets as soon as their values are known: the task runner sends the rendered fields
-        (the UI's Rendered Template) right after this, before execute()."""
+        """Mask the secrets as soon as their values are known, and take them out of the rendered field: the
+        task runner sends the rendered fields (the UI's Rendered Template) right after this, before
+        execute()."""
         super().render_template_fields(context, jinja_env)
         self.mask_secrets()
+        self.hide_secrets()
+
+    def hide_secrets(self) -> None:
+        """Move the secret hyperparameters' values out of the ``hyperparameters`` template field (they stay
+        in ``_secret_values`` for the request, :meth:`training_arguments`), leaving ``***`` there. Masking
+        alone is not enough: Airflow 3.0's task runner sends the rendered fields without redacting them
+        (it redacts only a field it truncates), and the api-server does not know the worker's secrets."""
+        hps = self.hyperparameters
+        if not self.secret_hyperparameters or not isinstance(hps, dict):
+            return
+        hidden = {n: hps[n] for n in self.secret_hyperparameters if n in hps and hps[n] != "***"}
+        if hidden:
+            self._secret_values.update(hidden)
+            self.hyperparameters = {**hps, **dict.fromkeys(hidden, "***")}
 
     def make_trigger(self, backend: Any, name: str, description: dict[str, Any] | None = None,
                      as_of: float | None = None):

@@ -115,8 +115,7 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
             spec_log.addHandler(handler)
         try:
             return build_tuning(job_name=job_name, region=self.hook.region_name, allow_local_uris=backend_name == "local",
-                                **{name: getattr(self, name) for name in TRAINING_ARGS},
-                                **{name: getattr(self, name) for name in TUNING_ARGS})
+                                **self.training_arguments(), **{name: getattr(self, name) for name in TUNING_ARGS})
         finally:
             if handler:
                 spec_log.removeHandler(handler)

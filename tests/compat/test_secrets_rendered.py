@@ -41,6 +41,10 @@ def test_secret_hyperparameters_are_masked_in_the_rendered_template_fields():
         image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1", output_path="file:///tmp/out",
         hyperparameters={"licence_code": "{{ params.pin }}", "epochs": 2}, secret_hyperparameters=["licence_code"])
     fields = _rendered_fields(op, {"pin": secret})
-    assert op.hyperparameters["licence_code"] == secret  # rendered for the job itself
+    # the job itself gets the value (the request the task submits)
+    assert op.plan("j", "local").request["HyperParameters"]["licence_code"] == json.dumps(secret)
     assert fields["hyperparameters"] == {"licence_code": "***", "epochs": 2}
+    # Airflow 3.0's runner sends serialize_template_field(getattr(task, field)) unredacted: the field itself
+    # must not hold the value
+    assert secret not in json.dumps(op.hyperparameters)
     assert secret not in json.dumps(fields)

@@ -135,6 +135,22 @@ def test_secret_hyperparameters_stay_out_of_logs_and_xcom(tmp_path, monkeypatch,
     assert masker.redact(f"argv: --api_token {secret}") == "argv: --api_token ***"
 
 
+def test_a_rendered_secret_leaves_the_template_field_and_still_reaches_the_job(tmp_path, monkeypatch):
+    """Once rendered, a secret hyperparameter's value is no longer in the ``hyperparameters`` field (what
+    Airflow 3.0's runner sends unredacted as the Rendered Template), yet the job gets it."""
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    op = _operator(tmp_path, hyperparameters={"api_token": "{{ params.token }}", "epochs": 1},
+                   secret_hyperparameters=["api_token"])
+    op.render_template_fields({"params": {"token": secret}})
+    assert op.hyperparameters == {"api_token": "***", "epochs": 1}
+    op.render_template_fields({"params": {"token": secret}})  # rendered again (a resumed task): still hidden
+    result = op.execute(_ctx(uuid.uuid4().hex))
+    assert result["status"] == "Completed" and secret not in json.dumps(result)
+    sent = LocalBackend(tmp_path / "jobs").describe("training", result["job_name"])["HyperParameters"]
+    assert sent["api_token"] == json.dumps(secret)
+
+
 def test_lineage_and_heterogeneous_cluster_on_the_local_backend(tmp_path, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     op = _operator(tmp_path, instance_type=None, instance_count=None, instance_groups=[
