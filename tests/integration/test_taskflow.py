@@ -134,6 +134,27 @@ def training(tmp_path, function, *args, **kw):
     return SmdistTrainingDecoratedOperator(**options)
 
 
+def trigger_event(make, ctx) -> dict:
+    """Run ``make()``'s task until it defers, then its trigger until its first event; the event's payload."""
+    import asyncio
+
+    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk.exceptions import TaskDeferred
+    else:
+        from airflow.exceptions import TaskDeferred
+
+    with pytest.raises(TaskDeferred) as deferred:
+        make().execute(ctx)
+
+    async def first_event():
+        async for event in deferred.value.trigger.run():
+            return event
+
+    return asyncio.run(asyncio.wait_for(first_event(), 120)).payload
+
+
 def wait_for(predicate, timeout=60):
     deadline = time.time() + timeout
     while not predicate():
@@ -158,15 +179,6 @@ def test_only_global_rank_0s_value_is_the_result(tmp_path, local_root):
 
 
 def test_deferred_wait_returns_rank_0s_value_and_secret_hyperparameters_reach_the_function(tmp_path, local_root):
-    import asyncio
-
-    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
-
-    if AIRFLOW_V_3_0_PLUS:
-        from airflow.sdk.exceptions import TaskDeferred
-    else:
-        from airflow.exceptions import TaskDeferred
-
     def make():
         return training(tmp_path, reads_hyperparameters, deferrable=True, hyperparameters={"api_token": "s3cr3t-7"},
                         secret_hyperparameters=["api_token"], lr_scaling={"base_learning_rate": 0.1,
@@ -174,15 +186,7 @@ def test_deferred_wait_returns_rank_0s_value_and_secret_hyperparameters_reach_th
                                                                            "per_device_batch_size": 32})
     ti = RecordingTI(dag_id="dag", task_id="fn", map_index=-1, try_number=1, pushed={})
     ctx = {"ti": ti, "run_id": f"run-{uuid.uuid4().hex}"}
-    with pytest.raises(TaskDeferred) as deferred:
-        make().execute(ctx)
-
-    async def first_event():
-        async for event in deferred.value.trigger.run():
-            return event
-
-    event = asyncio.run(asyncio.wait_for(first_event(), 120))
-    value = make().execute_complete(ctx, event.payload)  # the triggerer resumes a fresh operator object
+    value = make().execute_complete(ctx, trigger_event(make, ctx))  # the triggerer resumes a fresh operator
     assert value == {"rank": 0, "token_ok": True, "learning_rate": pytest.approx(0.2)}
     job = ti.pushed["smdist_job"]  # the job's own summary, with the secret masked
     assert job["status"] == "Completed" and job["hyperparameters"]["api_token"] == "***"
@@ -399,29 +403,13 @@ def test_a_non_json_return_value_fails_the_task_with_the_runners_error_and_the_f
 
 
 def test_a_deferred_run_whose_function_raises_fails_with_its_exception_type(tmp_path, local_root):
-    import asyncio
-
-    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
-
-    if AIRFLOW_V_3_0_PLUS:
-        from airflow.sdk.exceptions import TaskDeferred
-    else:
-        from airflow.exceptions import TaskDeferred
-
     def make():
         return training(tmp_path, raises_late, 1, instance_count=1, deferrable=True)
 
     ctx = context(f"run-{uuid.uuid4().hex}")
-    with pytest.raises(TaskDeferred) as deferred:
-        make().execute(ctx)
-
-    async def first_event():
-        async for event in deferred.value.trigger.run():
-            return event
-
-    event = asyncio.run(asyncio.wait_for(first_event(), 120))
+    event = trigger_event(make, ctx)
     with pytest.raises(SmdistFunctionError) as info:
-        make().execute_complete(ctx, event.payload)  # the triggerer resumes a fresh operator object
+        make().execute_complete(ctx, event)  # the triggerer resumes a fresh operator object
     assert info.value.exception_type == "ZeroDivisionError" and info.value.host == "algo-1"
     assert "raises_late() raised ZeroDivisionError on rank 0 on algo-1" in str(info.value)
     assert "deferred and failed" in info.value.remote_traceback
