@@ -41,8 +41,13 @@ def test_secret_hyperparameters_are_masked_in_the_rendered_template_fields():
         image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1", output_path="file:///tmp/out",
         hyperparameters={"licence_code": "{{ params.pin }}", "epochs": 2}, secret_hyperparameters=["licence_code"])
     fields = _rendered_fields(op, {"pin": secret})
-    # the job itself gets the value (the request the task submits)
-    assert op.plan("j", "local").request["HyperParameters"]["licence_code"] == json.dumps(secret)
+    # the job itself gets the value: the request is built from the task's training arguments (no connection
+    # lookup here: this test runs without a metadata database)
+    from airflow_smdist.specs.training import build_training
+
+    arguments = {**op.training_arguments(), "role": "arn:aws:iam::123456789012:role/R"}
+    request = build_training(job_name="j", region="us-east-1", **arguments).request
+    assert request["HyperParameters"]["licence_code"] == json.dumps(secret)
     assert fields["hyperparameters"] == {"licence_code": "***", "epochs": 2}
     # Airflow 3.0's runner sends serialize_template_field(getattr(task, field)) unredacted: the field itself
     # must not hold the value
