@@ -24,9 +24,7 @@ def pack_source_dir(source: str, dest_tar: str | os.PathLike, include_runtime: b
 
     Symbolic links are stored as the files (and directories) they point to, as the SDK's ``create_tar_file``
     (``dereference=True``) does: the archive must work where the links' targets do not exist."""
-    src = Path(source)
-    if not src.exists():
-        raise SpecError("source_dir", f"{source!r} does not exist.", "give the directory holding the entry point.")
+    src = _existing(source)
     names: list[str] = []
     with tarfile.open(dest_tar, "w:gz", dereference=True) as tar:
         if include_runtime:
@@ -38,6 +36,13 @@ def pack_source_dir(source: str, dest_tar: str | os.PathLike, include_runtime: b
             tar.add(full, arcname=arc)
             names.append(arc)
     return names
+
+
+def _existing(source: str) -> Path:
+    src = Path(source)
+    if not src.exists():
+        raise SpecError("source_dir", f"{source!r} does not exist.", "give the directory holding the entry point.")
+    return src
 
 
 def _members(src: Path):
@@ -61,9 +66,7 @@ def _members(src: Path):
 def source_digest(source: str) -> str:
     """A hash of what :func:`pack_source_dir` packs from ``source``: the names and contents of its files
     (not their times), so the same code gives the same digest wherever and whenever it is packed."""
-    src = Path(source)
-    if not src.exists():
-        raise SpecError("source_dir", f"{source!r} does not exist.", "give the directory holding the entry point.")
+    src = _existing(source)
     h = hashlib.sha256()
     for full, arc in _members(src):
         h.update(arc.encode() + b"\0" + hashlib.sha256(full.read_bytes()).digest())
