@@ -31,8 +31,8 @@ or ``model_name`` alone names an existing model.
 from __future__ import annotations
 
 import json
-from functools import cached_property
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import Any, Sequence
 
 from airflow_smdist._compat import AirflowException, BaseOperator
@@ -185,9 +185,10 @@ def read_provenance(storage, output_uri: str) -> dict[str, dict[str, str]]:
 
 def made_now(objects, processed, model: str | None) -> dict[str, dict[str, str]]:
     """The provenance of the outputs of ``processed`` (input URIs): ``model``, from the inputs as listed."""
+    from airflow_smdist.specs.sharding import made_record
+
     done = set(processed)
-    return {o.uri: {k: v for k, v in (("model", model), ("made_from", o.version)) if v}
-            for o in objects if o.uri in done}
+    return {o.uri: made_record(model, o.version) for o in objects if o.uri in done}
 
 
 def job_record_uri(output_uri: str, job: str) -> str:
@@ -209,6 +210,8 @@ def record_job(storage, output_uri: str, job: str, model: str | None, objects) -
 def made_by_jobs(storage, output_uri: str, jobs) -> dict[str, dict[str, str]]:
     """The provenance of what ``jobs`` (completed ones) made, from their records (see :func:`record_job`);
     a job without a readable record adds nothing."""
+    from airflow_smdist.specs.sharding import made_record
+
     out: dict[str, dict[str, str]] = {}
     for job in jobs:
         try:
@@ -216,7 +219,7 @@ def made_by_jobs(storage, output_uri: str, jobs) -> dict[str, dict[str, str]]:
         except Exception:  # noqa: BLE001 - started elsewhere, or before records were kept
             continue
         for uri, version in (record.get("inputs") or {}).items():
-            out[uri] = {k: v for k, v in (("model", record.get("model")), ("made_from", version)) if v}
+            out[uri] = made_record(record.get("model"), version)
     return out
 
 

@@ -10,7 +10,8 @@ for record counts, a ``read`` callable (``Storage.read_bytes``); the operator do
 * :func:`check_completeness` requires every input object's output, with the record count matched where the
   split type makes records countable, made by the current model from the input as it is now (the manifest
   records, per output, the model's fingerprint and the input's version: ETag, or size and mtime); what
-  fails is *pending*, and a re-run processes only that. An output without a record counts as current.
+  fails is *pending*, and a re-run processes only that. An output without a record counts as current unless
+  its input was written after it.
 * :func:`input_manifest` is SageMaker's ManifestFile (``[{"prefix": ...}, "rel/key", ...]``), the input of a
   shard job or a re-run; :func:`batch_manifest` the inputs-to-outputs manifest written beside the outputs
   (``<S3OutputPath>/_smdist/manifest.json``) and returned through XCom.
@@ -260,6 +261,12 @@ def model_fingerprint(container: dict[str, Any], artifact_version: str | None = 
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def made_record(model: str | None, made_from: str | None) -> dict[str, str]:
+    """What made one output: the model's fingerprint and the version of the input it was made from (each
+    where known)."""
+    return {k: v for k, v in (("model", model), ("made_from", made_from)) if v}
+
+
 def provenance_of(manifest: Any) -> dict[str, dict[str, str]]:
     """Input URI -> {"model", "made_from"} of each output a manifest recorded ({} for none or a foreign one)."""
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
@@ -267,7 +274,7 @@ def provenance_of(manifest: Any) -> dict[str, dict[str, str]]:
     out = {}
     for e in manifest.get("entries") or []:
         if isinstance(e, dict) and isinstance(e.get("input"), str) and (e.get("model") or e.get("made_from")):
-            out[e["input"]] = {k: e[k] for k in ("model", "made_from") if e.get(k)}
+            out[e["input"]] = made_record(e.get("model"), e.get("made_from"))
     return out
 
 
@@ -368,7 +375,7 @@ def dumps(document: Any) -> bytes:
 __all__ = [
     "CompletenessReport", "Entry", "InputObject", "Shard", "balance", "batch_manifest", "check_completeness",
     "check_prefixes", "count_output_lines", "digest", "input_manifest", "input_objects", "manifest_summary",
-    "model_fingerprint", "provenance_of", "staleness",
+    "made_record", "model_fingerprint", "provenance_of", "staleness",
     "manifest_uri", "objects_of_manifest", "output_uri", "parse_input_manifest", "plan_shards",
     "records_countable", "work_uri",
 ]

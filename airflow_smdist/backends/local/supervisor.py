@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from airflow_smdist.backends.local import runtimes
 
 FAILURE_LIMIT = 1024
-#: a traceback's first line, also as torch's elastic agent prefixes a rank's output ("[rank0]: Traceback ...")
 #: a traceback's first line, also behind a rank's tag (torchrun's "[rank0]:", mpirun's "[1,3]<stderr>:")
 _TRACEBACK = re.compile(r"^(\[[^\]]*\](?:<std(?:out|err)>)?:\s?)?Traceback \(most recent call last\):")
 #: chained tracebacks ("During handling of the above exception ...") belong to the last one
