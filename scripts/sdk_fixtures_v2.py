@@ -55,6 +55,8 @@ REGION = "us-east-1"
 BUCKET = "sdk-fixtures"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 OWN_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own-trainer:1"
+#: the metric every tuning case minimises
+LOSS = [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]
 SOURCES = {
     "train.py": "import argparse\nprint('train')\n",
     "util.py": "X = 1\n",
@@ -167,6 +169,17 @@ def main(path: str) -> None:
                           role=ROLE, output_path=f"s3://{BUCKET}/out", sagemaker_session=sess,
                           hyperparameters={"epochs": 3, "optimizer": "adam"}, **kw)
 
+    def tune(est, job_name, **integer_ranges):
+        """The same Random tuner over ``est`` (a TensorFlow or a plain Estimator): categorical numbers and
+        strings, a continuous range, and ``integer_ranges`` where given."""
+        HyperparameterTuner(est, objective_metric_name="loss", objective_type="Minimize", max_jobs=4,
+                            max_parallel_jobs=2, strategy="Random", metric_definitions=LOSS,
+                            hyperparameter_ranges={"batch_size": CategoricalParameter([32, 64]),
+                                                   "optimizer": CategoricalParameter(["adam", "sgd"]),
+                                                   **integer_ranges, "lr": ContinuousParameter(0.001, 0.1)},
+                            ).fit({"train": f"s3://{BUCKET}/data/train"}, job_name=job_name, wait=False)
+        return "CreateHyperParameterTuningJob"
+
     def tf_training():
         tf(instance_type="ml.c5.xlarge", instance_count=2).fit(
             {"train": f"s3://{BUCKET}/data/train"}, job_name="tf-plain", wait=False, logs=False)
@@ -179,31 +192,15 @@ def main(path: str) -> None:
         return "CreateTrainingJob"
 
     def tf_tuning():
-        est = tf(instance_type="ml.c5.xlarge", instance_count=1,
-                 metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}])
-        HyperparameterTuner(est, objective_metric_name="loss", objective_type="Minimize", max_jobs=4,
-                            max_parallel_jobs=2, strategy="Random",
-                            metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
-                            hyperparameter_ranges={"batch_size": CategoricalParameter([32, 64]),
-                                                   "optimizer": CategoricalParameter(["adam", "sgd"]),
-                                                   "layers": IntegerParameter(1, 4),
-                                                   "lr": ContinuousParameter(0.001, 0.1)},
-                            ).fit({"train": f"s3://{BUCKET}/data/train"}, job_name="tf-tune", wait=False)
-        return "CreateHyperParameterTuningJob"
+        est = tf(instance_type="ml.c5.xlarge", instance_count=1, metric_definitions=LOSS)
+        return tune(est, "tf-tune", layers=IntegerParameter(1, 4))
 
     def generic_tuning():
         est = Estimator(image_uri=OWN_IMAGE, entry_point="train.py", source_dir=src, role=ROLE,
                         output_path=f"s3://{BUCKET}/out", sagemaker_session=sess, instance_type="ml.c5.xlarge",
                         instance_count=1, hyperparameters={"epochs": 3, "optimizer": "adam", "schedule": "cosine"},
-                        metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}])
-        HyperparameterTuner(est, objective_metric_name="loss", objective_type="Minimize", max_jobs=4,
-                            max_parallel_jobs=2, strategy="Random",
-                            metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
-                            hyperparameter_ranges={"batch_size": CategoricalParameter([32, 64]),
-                                                   "optimizer": CategoricalParameter(["adam", "sgd"]),
-                                                   "lr": ContinuousParameter(0.001, 0.1)},
-                            ).fit({"train": f"s3://{BUCKET}/data/train"}, job_name="own-tune", wait=False)
-        return "CreateHyperParameterTuningJob"
+                        metric_definitions=LOSS)
+        return tune(est, "own-tune")
 
     def pytorch(job_name, distribution, **kw):
         PyTorch(entry_point="train.py", source_dir=src, framework_version="2.5.1", py_version="py311", role=ROLE,
@@ -218,7 +215,7 @@ def main(path: str) -> None:
         return pytorch("pt-torchrun", {"torch_distributed": {"enabled": True}}, instance_type="ml.g5.12xlarge",
                        hyperparameters={"epochs": 3, "lr": 0.1, "optimizer": "adam", "amp": True},
                        checkpoint_s3_uri=f"s3://{BUCKET}/ckpt",
-                       metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}])
+                       metric_definitions=LOSS)
 
     def pytorch_mpi():
         return pytorch("pt-mpi", {"mpi": {"enabled": True, "processes_per_host": 8,
