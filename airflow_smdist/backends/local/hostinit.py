@@ -150,13 +150,31 @@ def main() -> None:
     except OSError as e:
         print(f"hostinit: cannot run {spec['argv'][0]!r}: {e}", flush=True)
         os._exit(127 if isinstance(e, FileNotFoundError) else 126)
+    watch(main_proc.pid, lifeline)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid`` (readable once it exits), or None where the kernel has none (Linux < 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def watch(main_pid: int, lifeline: int) -> None:
+    """Reap children until the entry point exits (woken at once by its pidfd; orphans are reaped at least every
+    50 ms), or until the supervisor's end of the lifeline closes; then end the host."""
     poller = select.poll()
     poller.register(lifeline, select.POLLIN | select.POLLHUP)
+    exited = _pidfd(main_pid)
+    if exited is not None:
+        poller.register(exited, select.POLLIN)
     while True:
-        status = reap(main_proc.pid)
+        status = reap(main_pid)
         if status is not None:
             end_host(exit_code(status))
-        if poller.poll(50) and not os.read(lifeline, 1):  # the supervisor is gone: so is this host
+        ready = {fd for fd, _event in poller.poll(50)}
+        if lifeline in ready and not os.read(lifeline, 1):  # the supervisor is gone: so is this host
             end_host(137)
 
 
