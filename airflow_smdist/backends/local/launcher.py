@@ -15,6 +15,7 @@ kill -9, every host ends (README: "What the local backend gives a script").
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -50,9 +51,7 @@ def namespaces_available() -> str | None:
     unshare = shutil.which("unshare")
     if not unshare:
         return "util-linux unshare is not installed"
-    try:
-        import pyroute2  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("pyroute2") is None:  # found, not imported: the supervisor imports it (0.15 s)
         return "pyroute2 is not installed (pip install 'airflow-smdist[local]')"
     try:
         os.makedirs(OPT_ML, exist_ok=True)
@@ -71,6 +70,12 @@ def namespace_prefix() -> tuple[str, ...] | None:
     """The ``unshare`` prefix that starts a host in its own namespaces, or None where unavailable."""
     if os.environ.get("SMDIST_LOCAL_ISOLATION", "auto") == "none" or namespaces_available() is not None:
         return None
+    return unshare_prefix()
+
+
+def unshare_prefix() -> tuple[str, ...]:
+    """The ``unshare`` command line of a namespaced host, unchecked: a job's supervisor starts hosts in the
+    isolation its submitter chose (``isolation_mode``, which probed the machine with ``unshare``)."""
     return (shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, "--")
 
 
@@ -161,10 +166,7 @@ def spawn_host(argv: list[str], *, env: dict, cwd: str, stdout, isolation: str, 
             "host_dir": host_dir, "hostname": hostname, "etc_hosts": etc_hosts, "keep": keep or []}
     cmd = [sys.executable, "-I", "-S", HOSTINIT, json.dumps(spec)]
     if isolation == "namespace":
-        prefix = namespace_prefix()
-        if prefix is None:
-            raise RuntimeError("namespaces are not available here")
-        cmd = [*prefix, *cmd]
+        cmd = [*unshare_prefix(), *cmd]
     fds = [fd for fd in (life_r, ready_w) if fd is not None]
     try:
         proc = subprocess.Popen(cmd, env=env, cwd=host_dir, stdout=stdout, stderr=subprocess.STDOUT,
