@@ -115,7 +115,7 @@ def main() -> None:
         modes = ["none"] + (["namespace"] if launcher.namespace_prefix() else [])
         if launcher.namespace_prefix() and hostnet.nat_unavailable() is None:
             modes.append("namespace+nat")
-        host_start(tmp, modes[-1])  # imports (pyroute2) once, as a supervisor does
+        host_start(tmp, modes[-1])  # imports once, as a supervisor does
         runs = [measured(plain_start, tmp) for _ in range(args.repeat)]
         base = [statistics.median(x) for x in zip(*runs)]
         print(f"host start+end, plain process (baseline): {base[0] * 1000:.1f} ms wall, {base[1] * 1000:.1f} ms CPU "

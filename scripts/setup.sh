@@ -17,3 +17,11 @@ if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get 
          && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >>/tmp/smdist-apt-nftables.log 2>&1; } \
     || echo "setup: apt-get install nftables failed (see /tmp/smdist-apt-nftables.log): hosts get no NAT" >&2
 fi
+# iproute2's ip makes namespaced hosts' bridge, links, addresses and routes (hostnet.py); without it hosts run in
+# the fallback mode, and jobs say so
+if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 >/tmp/smdist-apt-iproute2.log 2>&1 \
+    || { apt-get update -q >>/tmp/smdist-apt-iproute2.log 2>&1 \
+         && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 >>/tmp/smdist-apt-iproute2.log 2>&1; } \
+    || echo "setup: apt-get install iproute2 failed (see /tmp/smdist-apt-iproute2.log): hosts run without namespaces" >&2
+fi

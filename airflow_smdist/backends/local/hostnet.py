@@ -1,4 +1,4 @@
-"""The network of a job's simulated hosts: one Linux bridge per job, one veth pair per host (pyroute2).
+"""The network of a job's simulated hosts: one Linux bridge per job, one veth pair per host (iproute2's ``ip``).
 
 Each host's end of its veth pair is ``eth0`` in the host's network namespace (SageMaker's
 ``network_interface_name``), addressed ``<subnet>.N`` for ``algo-N``. The subnet is a /24 picked at run
@@ -64,17 +64,35 @@ def host_link_prefix(bridge: str) -> str:
     return bridge[:10] + "v"
 
 
-def _used_networks() -> list[ipaddress.IPv4Network]:
-    from pyroute2 import IPRoute
+def ip_path() -> str | None:
+    """iproute2's ``ip``, which sets up every link, address and route of a job's network (a few milliseconds
+    a call, where importing a netlink library costs a supervisor 0.15 s)."""
+    return shutil.which("ip") or next((p for p in ("/usr/sbin/ip", "/sbin/ip", "/bin/ip") if os.access(p, os.X_OK)),
+                                      None)
 
+
+def ip(*args: str, batch: list[str] | None = None, check: bool = True) -> str:
+    """Run ``ip args`` (with ``batch``: its commands, one transaction of lines on stdin, ``-batch -``); its output.
+    A failure raises OSError with ip's message unless ``check`` is false. Run from a thread that is
+    :func:`inside` a host, it acts in the host's network namespace (the child inherits the thread's)."""
+    cmd = [ip_path() or "ip", *args, *(("-batch", "-") if batch is not None else ())]
+    r = subprocess.run(cmd, input="".join(f"{line}\n" for line in batch) if batch is not None else None,
+                       capture_output=True, text=True, timeout=20, check=False)
+    if check and r.returncode != 0:
+        raise OSError(f"ip {' '.join(args)}{': ' + '; '.join(batch) if batch else ''}: "
+                      f"{r.stderr.strip() or f'exit {r.returncode}'}")
+    return r.stdout
+
+
+def _used_networks() -> list[ipaddress.IPv4Network]:
     used = []
-    with IPRoute() as ipr:
-        for r in ipr.get_routes(family=socket.AF_INET):
-            dst = r.get("dst") or r.get_attr("RTA_DST")
-            if dst:
-                used.append(ipaddress.ip_network(f"{dst}/{r['dst_len']}", strict=False))
-        for a in ipr.get_addr(family=socket.AF_INET):
-            used.append(ipaddress.ip_network(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}", strict=False))
+    for r in json.loads(ip("-j", "-4", "route", "show", "table", "all") or "[]"):
+        if r.get("dst") and r["dst"] != "default":  # "10.1.2.0/24", or a host route "10.1.2.3"
+            used.append(ipaddress.ip_network(r["dst"], strict=False))
+    for link in json.loads(ip("-j", "-4", "addr", "show") or "[]"):
+        for a in link.get("addr_info") or []:
+            if a.get("local") and a.get("prefixlen") is not None:
+                used.append(ipaddress.ip_network(f"{a['local']}/{a['prefixlen']}", strict=False))
     return [n for n in used if not n.is_loopback]
 
 
@@ -320,28 +338,22 @@ class JobNetwork:
         return str(self.subnet.network_address + n)
 
     def create(self) -> None:
-        from pyroute2 import IPRoute
-
-        with IPRoute() as ipr:
-            if ipr.link_lookup(ifname=self.bridge):
-                ipr.link("del", ifname=self.bridge)
-            ipr.link("add", ifname=self.bridge, kind="bridge")
-            ipr.link("set", ifname=self.bridge, state="up")
+        make = [f"link add name {self.bridge} type bridge", f"link set {self.bridge} up"]
+        try:
+            ip(batch=make)
+        except OSError:  # one left by an earlier job of this directory
+            ip("link", "del", self.bridge, check=False)
+            ip(batch=make)
 
     def add_nat(self) -> None:
         """The gateway on the bridge and the job's table: the table first, so the subnet is never routable
         here without its rules. Undone if any step fails (the caller falls back to forwarders only)."""
-        from pyroute2 import IPRoute
-        from pyroute2.netlink.exceptions import NetlinkError
-
         try:
             _nft(nat_ruleset(self.bridge, self.subnet))
             self.forwarding_enabled = enable_forwarding()
             gateway = self.address(GATEWAY)
-            with IPRoute() as ipr:
-                ipr.addr("add", index=ipr.link_lookup(ifname=self.bridge)[0], address=gateway,
-                         prefixlen=self.subnet.prefixlen)
-        except (OSError, NetlinkError) as e:
+            ip("addr", "add", f"{gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
+        except OSError as e:
             with contextlib.suppress(OSError):
                 delete_nat(self.bridge)
             raise OSError(f"the hosts' NAT could not be set up: {e}") from e
@@ -350,19 +362,14 @@ class JobNetwork:
     def plug(self, n: int, pid: int) -> None:
         """Give the host whose network namespace ``pid`` is in its ``eth0`` on the bridge, and ``lo``; and a
         default route via the job's gateway where it has one."""
-        from pyroute2 import IPRoute
-
         outside = f"{host_link_prefix(self.bridge)}{n}"  # smdb + 6 hex + v + N: at most 14 characters
-        with IPRoute() as ipr:
-            ipr.link("add", ifname=outside, kind="veth", peer={"ifname": "eth0", "net_ns_pid": pid})
-            ipr.link("set", ifname=outside, master=ipr.link_lookup(ifname=self.bridge)[0], state="up")
-        with inside(pid), IPRoute() as ns:  # a netlink socket opened in the host's namespace
-            eth0 = ns.link_lookup(ifname="eth0")[0]
-            ns.addr("add", index=eth0, address=self.address(n), prefixlen=self.subnet.prefixlen)
-            ns.link("set", index=eth0, state="up")
-            ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
-            if self.gateway:
-                ns.route("add", dst="0.0.0.0/0", gateway=self.gateway, oif=eth0)
+        ip(batch=[f"link add name {outside} type veth peer name eth0 netns {pid}",
+                  f"link set {outside} master {self.bridge} up"])
+        host = [f"addr add {self.address(n)}/{self.subnet.prefixlen} dev eth0", "link set eth0 up", "link set lo up"]
+        if self.gateway:
+            host.append(f"route add default via {self.gateway} dev eth0")
+        with inside(pid):  # ip started from this thread runs in the host's namespace
+            ip(batch=host)
 
     def forward(self, pid: int, endpoint: tuple[str, int]) -> None:
         """Let the host reach ``endpoint`` (a loopback address and port of this machine) at the same
@@ -385,20 +392,13 @@ class JobNetwork:
 
 
 def remove_bridge(name: str) -> None:
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
-
     hosts = host_link_prefix(name)
-    with IPRoute() as ipr:
-        # the hosts' veths first: one dies with its namespace, but the kernel tears a namespace down
-        # asynchronously, so a link can outlive the job by seconds; deleting it takes both ends at once
-        links = [link.get("ifname") or link.get_attr("IFLA_IFNAME") for link in ipr.get_links()]
-        for ifname in [n for n in links if n and n.startswith(hosts)] + [name]:
-            try:
-                if ipr.link_lookup(ifname=ifname):
-                    ipr.link("del", ifname=ifname)  # a bridge takes its gateway address and route with it
-            except NetlinkError:
-                pass
+    # the hosts' veths first: one dies with its namespace, but the kernel tears a namespace down
+    # asynchronously, so a link can outlive the job by seconds; deleting it takes both ends at once
+    links = [link.get("ifname") for link in json.loads(ip("-j", "link", "show", check=False) or "[]")]
+    gone = [n for n in links if n and (n.startswith(hosts) or n == name)]
+    if gone:  # -force: a link that vanished meanwhile does not keep the others; a bridge takes its address and route
+        ip("-force", batch=[f"link del {n}" for n in sorted(gone, key=lambda n: n == name)], check=False)
     try:
         delete_nat(name)
     except OSError:

@@ -1,7 +1,7 @@
 """Start and end simulated hosts, and build the environment each host process gets.
 
 A simulated host is one process tree under :mod:`.hostinit`, its init process. Where the OS allows it
-(root, util-linux ``unshare``, pyroute2, ``/opt/ml``), the host is a small container made of Linux
+(root, util-linux ``unshare``, iproute2's ``ip``, ``/opt/ml``), the host is a small container made of Linux
 namespaces: mount (its directory on ``/opt/ml``, a private ``/tmp``, the job's ``/etc/hosts``), UTS (host
 name ``algo-N``), network (its own ``eth0`` on the job's bridge, see :mod:`.hostnet`), IPC and PID (the
 host ends when its entry point ends, taking every process with it). Elsewhere (``SMDIST_LOCAL_ISOLATION=
@@ -15,7 +15,6 @@ kill -9, every host ends (README: "What the local backend gives a script").
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import signal
@@ -51,8 +50,10 @@ def namespaces_available() -> str | None:
     unshare = shutil.which("unshare")
     if not unshare:
         return "util-linux unshare is not installed"
-    if importlib.util.find_spec("pyroute2") is None:  # found, not imported: the supervisor imports it (0.15 s)
-        return "pyroute2 is not installed (pip install 'airflow-smdist[local]')"
+    from airflow_smdist.backends.local.hostnet import ip_path
+
+    if ip_path() is None:
+        return "iproute2's ip is not installed (apt-get install iproute2)"
     try:
         os.makedirs(OPT_ML, exist_ok=True)
     except OSError as e:
