@@ -10,7 +10,8 @@ with a job, written once.
 * **waiting**: :meth:`~JobLifecycle.wait` (one job) and :meth:`~JobLifecycle.wait_all` (many, e.g. the
   shards of a fan-out, each may be replaced by a retry) poll Describe, print new log lines of every host,
   metrics and status changes, and pause up to ``poll_interval`` between rounds (the one polling pause:
-  ``Backend.wait_for_change``, which the local backend ends as soon as a job changes);
+  ``Backend.wait_for_change``, which the local backend ends as soon as a job changes); several jobs on
+  SageMaker are watched with one List and one log call a round (:class:`CoalescedRounds`);
 * **the result or the error**: :meth:`~JobLifecycle.failure_reason` (FailureReason, else the secondary
   status, else the status; plus the ExitMessage where the kind has one) and :meth:`~JobLifecycle.check`,
   which raises :class:`JobFailed` carrying that reason and the last log lines;
@@ -389,24 +390,36 @@ class JobLifecycle:
 
     def wait_all(self, names: Iterable[str], on_end: Callable[[str, dict[str, Any]], str | None]) -> None:
         """Poll every job until each has ended. ``on_end(name, description)`` is called as each ends and may
-        return the name of a job to watch in its place (a retry)."""
+        return the name of a job to watch in its place (a retry). Several jobs on a backend with a status
+        source (SageMaker) are watched in :class:`CoalescedRounds`: a List and a log call per round for all."""
         watching = list(names)
         for name in watching:
             self.track(name)
         label = len(watching) > 1
-        while watching:
-            for name in list(watching):
-                description = self.poll(name, label=label)
-                if not self.ended(description):
-                    continue
-                watching.remove(name)
-                self.untrack(name)
-                replacement = on_end(name, description)
-                if replacement:
-                    watching.append(replacement)
-                    self.track(replacement)
-            if watching:
-                self.pause(watching, self.poll_interval)
+        rounds = CoalescedRounds.open(self) if label else None
+        try:
+            while watching:
+                for name, description in rounds.round(watching) if rounds else self.round(watching, label=label):
+                    watching.remove(name)
+                    self.untrack(name)
+                    replacement = on_end(name, description)
+                    if replacement:
+                        watching.append(replacement)
+                        self.track(replacement)
+                if watching:
+                    self.pause(watching, self.poll_interval)
+        finally:
+            if rounds:
+                rounds.close()
+
+    def round(self, names: list[str], *, label: bool = False) -> list[tuple[str, dict[str, Any]]]:
+        """One look at each job (:meth:`poll`); the ones that have ended, with their last description."""
+        out = []
+        for name in list(names):
+            description = self.poll(name, label=label)
+            if self.ended(description):
+                out.append((name, description))
+        return out
 
     def wait(self, name: str) -> dict[str, Any]:
         """Wait for one job to end; its last description."""
@@ -469,6 +482,94 @@ class JobLifecycle:
                 self.pause(names, min(2.0, self.poll_interval))
         if names:
             self.log.warning("%s job(s) %s did not stop within %.0f s.", label, ", ".join(names), self.stop_timeout)
+
+
+class CoalescedRounds:
+    """:meth:`JobLifecycle.wait_all`'s rounds over several jobs on a backend with a ``status_source()``
+    (SageMaker): per round one ``List*Jobs`` call for the changes since the last one and one log round (one
+    ``FilterLogEvents`` for every job's streams), where polling each job would make a Describe and its own log
+    calls. A job is described once, when its summary says it has ended (its FailureReason, metrics and
+    artifacts are not in the summary). The blocking twin of the triggers' ``CoalescedPoller`` and
+    ``CoalescedLogPoller``, with the same source (so the same throttling backoff). A List call that fails
+    for another reason than throttling (a role without ``sagemaker:List*Jobs``) falls back to polling each job."""
+
+    def __init__(self, lifecycle: JobLifecycle, source: Any) -> None:
+        from airflow_smdist.triggers.base import LIST_OVERLAP_SECONDS
+
+        self.lc = lifecycle
+        self.source = source
+        self.runner = asyncio.Runner()
+        #: jobs made or reattached by this task changed after it started (less the clock-skew margin)
+        self.since: float | None = time.time() - LIST_OVERLAP_SECONDS
+        self.seen: dict[str, tuple[Any, Any]] = {}
+        self.fallback = False
+
+    @classmethod
+    def open(cls, lifecycle: JobLifecycle) -> CoalescedRounds | None:
+        make = getattr(lifecycle.backend, "status_source", None)
+        return cls(lifecycle, make()) if make is not None else None
+
+    def _run(self, coro: Awaitable[T]) -> T:
+        before = dict(self.source.calls)
+        try:
+            return self.runner.run(coro)  # type: ignore[arg-type]
+        finally:
+            for what, n in self.source.calls.items():
+                self.lc.calls[what] = self.lc.calls.get(what, 0) + n - before.get(what, 0)
+
+    def round(self, names: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        if self.fallback:
+            return self.lc.round(names, label=True)
+        from airflow_smdist.triggers.base import LIST_SETTLE_SECONDS
+
+        info = self.lc.info
+        try:
+            summaries, server_time = self._run(self.source.changes(info.name, self.since))
+        except Exception as exc:  # noqa: BLE001 - e.g. AccessDenied on List*Jobs: poll each job instead
+            self.lc.log.warning("%s: listing %s jobs failed (%s); describing each job every round instead.",
+                                info.list_op, info.name, exc)
+            self.fallback = True
+            return self.lc.round(names, label=True)
+        self.since = (server_time or time.time()) - LIST_SETTLE_SECONDS
+        if self.lc.print_logs:
+            self.print_logs(names)
+        out = []
+        for name in list(names):
+            summary = summaries.get(name)
+            if summary is None or self.seen.get(name) == (info.status(summary), summary.get("SecondaryStatus")):
+                continue
+            self.seen[name] = (info.status(summary), summary.get("SecondaryStatus"))
+            self.lc._report(name, summary)
+            if info.status(summary) in TERMINAL_STATES:
+                description = self.lc.describe(name)
+                self.lc._report(name, description)
+                out.append((name, description))
+        if out and self.lc.print_logs:  # the last lines may land after the status: one more read for the ended
+            self.print_logs([name for name, _ in out])
+        return out
+
+    def print_logs(self, names: list[str]) -> None:
+        cursors = self.lc._cursors
+        try:
+            read = self._run(self.source.read_logs(self.lc.info.name, {n: cursors.get(n) for n in names}))
+        except Exception as exc:  # noqa: BLE001 - logs are best effort; the status decides
+            self.lc.log.warning("could not read the logs of %s jobs %s: %s", self.lc.info.name, ", ".join(names), exc)
+            return
+        for name, (events, cursor) in read.items():
+            cursors[name] = cursor
+            for event in events:
+                line = event.format()
+                self.lc.log.info("%s", f"{name} {line}")
+                self.lc.last_lines.append(line)
+
+    def close(self) -> None:
+        """Close the source's clients and the event loop (best effort: also on the way out of a kill)."""
+        try:
+            self._run(self.source.close())
+        except Exception as exc:  # noqa: BLE001 - the wait's own outcome matters, not the clients' close
+            self.lc.log.debug("closing the status source failed: %s", exc)
+        finally:
+            self.runner.close()
 
 
 # -- the asynchronous half (triggers) ----------------------------------------------------------------------

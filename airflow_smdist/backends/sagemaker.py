@@ -217,6 +217,15 @@ class SageMakerBackend:
                 raise JobNotFound(kind, name) from exc
             raise
 
+    def status_source(self):
+        """Statuses and log lines of many jobs with few calls (List*Jobs, one FilterLogEvents for all), as
+        the triggers read them: what :class:`~airflow_smdist.lifecycle.CoalescedRounds` waits with."""
+        from airflow_smdist.triggers.base import SageMakerStatusSource
+
+        source = SageMakerStatusSource(self.aws_conn_id, self.region_name)
+        source.acquire()
+        return source
+
     def wait_for_change(self, kind: str, names: str | list[str], timeout: float) -> None:
         """Wait ``timeout`` seconds (the poll interval): SageMaker has no change notification to wait on."""
         time.sleep(timeout)

@@ -23,7 +23,8 @@ when a ``MotoServer`` starts):
 * moto's CreateTrainingJob replaces the request's ``AlgorithmSpecification.MetricDefinitions`` with a
   canned one; the wrapper puts the request's back (or removes the key if the request had none).
 * ``set_job_status`` / ``set_training_job_status`` drive a job's state directly in moto's backend
-  (``moto.sagemaker.models.sagemaker_backends[account][region]``), for tests needing InProgress or Failed.
+  (``moto.sagemaker.models.sagemaker_backends[account][region]``), for tests needing InProgress or Failed;
+  inside ``new_jobs_in_progress(kind)`` a job the code under test creates starts InProgress (not Completed).
 * moto makes no log streams; ``seed_log_stream`` writes one through the real Logs API on the server.
 * moto's ListTrainingJobs summaries lack ``SecondaryStatus`` and its FilterLogEvents ignores
   ``logStreamNamePrefix``: ``install_summary_and_log_extensions`` adds both.
@@ -90,6 +91,8 @@ stopping_describes = 1
 # (account, region, kind, name) -> Describe/List calls left before Stopping becomes Stopped. Kept here, not
 # on moto's job objects, because moto serialises every attribute of those into the Describe response.
 _pending_stops: dict[tuple[str, str, str, str], int] = {}
+#: kind -> the status moto gives a new job of that kind instead of Completed (see ``new_jobs_in_progress``)
+_new_job_status: dict[str, str] = {}
 _installed = False
 
 
@@ -219,6 +222,10 @@ def install_sagemaker_extensions() -> None:
             requested = copy.deepcopy((self._get_param("AlgorithmSpecification") or {}).get("MetricDefinitions"))
             result = original(self)
             _restore_dropped_fields(self, kind, _job(backend, kind, name), requested)
+            if kind in _new_job_status:  # a job that runs until the test ends it, as on the service
+                job = _job(backend, kind, name)
+                setattr(job, _KINDS[kind]["status"], _new_job_status[kind])
+                setattr(job, _KINDS[kind]["end"], None)
             return result
 
         handler.__name__ = original.__name__
@@ -268,6 +275,17 @@ def set_job_status(
     if failure_reason is not None:
         job.failure_reason = failure_reason
     _pending_stops.pop((account_id, region, kind, name), None)
+
+
+@contextlib.contextmanager
+def new_jobs_in_progress(kind: str):
+    """While in the block, a job of ``kind`` created through the server starts ``InProgress`` (moto would
+    complete it at once) and stays so until the test moves it on (``set_job_status``)."""
+    _new_job_status[kind] = "InProgress"
+    try:
+        yield
+    finally:
+        _new_job_status.pop(kind, None)
 
 
 _DEFAULT_SECONDARY = {"InProgress": "Training", "Completed": "Completed", "Failed": "Failed",

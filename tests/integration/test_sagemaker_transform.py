@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import threading
+import time
 import uuid
 from types import SimpleNamespace
 
@@ -28,7 +30,7 @@ from airflow_smdist.operators.transform import (
 from airflow_smdist.sensors.transform import SageMakerShardedBatchInferenceSensor
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.transform import RUNNER_NAME, build_model, build_transform
-from moto_server import REGION, set_job_status
+from moto_server import REGION, new_jobs_in_progress, seed_log_stream, set_job_status
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"
@@ -263,3 +265,60 @@ def test_a_bad_job_request_is_refused_before_the_model_is_created(backend, prefi
     assert describe_model(backend, model) is None
     assert model not in [m["ModelName"] for m in sm.list_models()["Models"]]
     assert "Contents" not in s3.list_objects_v2(Bucket=prefix, Prefix="out/")  # no code, runner or plans
+
+
+def test_shard_jobs_in_one_task_are_waited_for_with_one_list_and_one_log_call_a_round(backend, prefix, s3, sm,
+                                                                                        moto_server, capfd):
+    """fan_out="jobs" waits for its shard jobs in the task: per round one ListTransformJobs for all of them and
+    one FilterLogEvents for all their streams, and one Describe per job, when it has ended (polling each job
+    would describe every job and read its streams every round)."""
+    operator = op(prefix, fan_out="jobs", shards=3, poll_interval=0.1, print_logs=True)
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["result"] = operator.execute(context(f"run-{uuid.uuid4().hex}"))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            outcome["error"] = exc
+
+    def names() -> set[str]:
+        return {j["TransformJobName"] for j in sm.list_transform_jobs(NameContains="smdist-batch-score",
+                                                                      MaxResults=100)["TransformJobSummaries"]}
+
+    earlier = names()
+    with new_jobs_in_progress("transform"):
+        task = threading.Thread(target=run)
+        task.start()
+        deadline = time.monotonic() + 60
+        jobs: list[str] = []
+        while len(jobs) < 3 and time.monotonic() < deadline and task.is_alive():
+            jobs = sorted(names() - earlier)
+            time.sleep(0.05)
+        assert len(jobs) == 3, outcome
+        now = int(time.time() * 1000)
+        for job in jobs:
+            seed_log_stream(moto_server, "/aws/sagemaker/TransformJobs", f"{job}/i-0abc-1700000000",
+                            [(now, f"scored the shard of {job}")])
+        for key, n in ROWS.items():  # what the jobs write before they complete
+            write_output(s3, prefix, key, n)
+        def rounds_pass(n: int) -> None:  # the task's wait makes n more rounds
+            target = operator.lifecycle.calls.get("list", 0) + n
+            while operator.lifecycle.calls.get("list", 0) < target and task.is_alive():
+                time.sleep(0.02)
+
+        rounds_pass(6)  # every job in progress for six rounds
+        for job in jobs:
+            set_job_status("transform", job, "Completed")
+            rounds_pass(2)
+        task.join(60)
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["result"]["complete"]
+    calls = operator.lifecycle.calls
+    # choose() looks for each shard's job once before creating it, and each job is described when it ended
+    assert calls.get("describe", 0) <= 2 * len(jobs), calls
+    assert calls.get("list", 0) >= 9, calls  # the rounds happened, each with one List call
+    assert calls.get("logs", 0) <= calls["list"] + len(jobs), calls
+    printed = capfd.readouterr().out
+    for job in jobs:
+        assert f"{job} " in printed and f"scored the shard of {job}" in printed
+        assert printed.count(f"scored the shard of {job}") == 1  # each line once, though every round re-reads
