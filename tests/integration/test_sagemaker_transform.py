@@ -15,6 +15,7 @@ import uuid
 from types import SimpleNamespace
 
 import boto3
+import moto_throttle
 import pytest
 
 from airflow_smdist._compat import AirflowException
@@ -30,7 +31,7 @@ from airflow_smdist.operators.transform import (
 from airflow_smdist.sensors.transform import SageMakerShardedBatchInferenceSensor
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.transform import RUNNER_NAME, build_model, build_transform
-from moto_server import REGION, new_jobs_in_progress, seed_log_stream, set_job_status
+from moto_server import REGION, new_jobs_in_progress, sagemaker_backend, seed_log_stream, set_job_status
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"
@@ -267,23 +268,28 @@ def test_a_bad_job_request_is_refused_before_the_model_is_created(backend, prefi
     assert "Contents" not in s3.list_objects_v2(Bucket=prefix, Prefix="out/")  # no code, runner or plans
 
 
-def test_shard_jobs_in_one_task_are_waited_for_with_one_list_and_one_log_call_a_round(backend, prefix, s3, sm,
-                                                                                        moto_server, capfd):
-    """fan_out="jobs" waits for its shard jobs in the task: per round one ListTransformJobs for all of them and
-    one FilterLogEvents for all their streams, and one Describe per job, when it has ended (polling each job
-    would describe every job and read its streams every round)."""
-    operator = op(prefix, fan_out="jobs", shards=3, poll_interval=0.1, print_logs=True)
+def wait_for_shard_jobs(prefix, s3, sm, moto_server, **kw):
+    """Run a fan_out="jobs" operator over three shard jobs that stay InProgress, each with a log line, until
+    the test completes them one by one; returns (operator, the jobs, the task's outcome)."""
+    operator = op(prefix, fan_out="jobs", shards=3, poll_interval=0.1, print_logs=True, **kw)
     outcome: dict = {}
 
     def run():
         try:
             outcome["result"] = operator.execute(context(f"run-{uuid.uuid4().hex}"))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
             outcome["error"] = exc
 
-    def names() -> set[str]:
-        return {j["TransformJobName"] for j in sm.list_transform_jobs(NameContains="smdist-batch-score",
-                                                                      MaxResults=100)["TransformJobSummaries"]}
+    def names() -> set[str]:  # from moto's backend: no call to the server that would count among the task's
+        return {name for name in sagemaker_backend().transform_jobs if name.startswith("smdist-batch-score")}
+
+    def rounds_pass(n: int) -> None:  # the task's wait makes n more status calls
+        def made() -> int:
+            return sum(operator.lifecycle.calls.get(what, 0) for what in ("list", "describe"))
+
+        target = made() + n
+        while made() < target and task.is_alive():
+            time.sleep(0.02)
 
     earlier = names()
     with new_jobs_in_progress("transform"):
@@ -295,17 +301,11 @@ def test_shard_jobs_in_one_task_are_waited_for_with_one_list_and_one_log_call_a_
             jobs = sorted(names() - earlier)
             time.sleep(0.05)
         assert len(jobs) == 3, outcome
-        now = int(time.time() * 1000)
         for job in jobs:
             seed_log_stream(moto_server, "/aws/sagemaker/TransformJobs", f"{job}/i-0abc-1700000000",
-                            [(now, f"scored the shard of {job}")])
+                            [(int(time.time() * 1000), f"scored the shard of {job}")])
         for key, n in ROWS.items():  # what the jobs write before they complete
             write_output(s3, prefix, key, n)
-        def rounds_pass(n: int) -> None:  # the task's wait makes n more rounds
-            target = operator.lifecycle.calls.get("list", 0) + n
-            while operator.lifecycle.calls.get("list", 0) < target and task.is_alive():
-                time.sleep(0.02)
-
         rounds_pass(6)  # every job in progress for six rounds
         for job in jobs:
             set_job_status("transform", job, "Completed")
@@ -313,12 +313,42 @@ def test_shard_jobs_in_one_task_are_waited_for_with_one_list_and_one_log_call_a_
         task.join(60)
     assert "error" not in outcome, outcome.get("error")
     assert outcome["result"]["complete"]
-    calls = operator.lifecycle.calls
+    return operator, jobs
+
+
+def test_shard_jobs_in_one_task_are_waited_for_with_one_list_and_one_log_call_a_round(backend, prefix, s3, sm,
+                                                                                        moto_server, capfd):
+    """fan_out="jobs" waits for its shard jobs in the task: per round one ListTransformJobs for all of them and
+    one FilterLogEvents for all their streams, and one Describe per job, when it has ended (polling each job
+    would describe every job and read its streams every round)."""
+    moto_throttle.install()
+    moto_throttle.reset()
+    moto_throttle.throttle("ListTransformJobs", 2)  # a throttled round backs off; it does not give up listing
+    operator, jobs = wait_for_shard_jobs(prefix, s3, sm, moto_server)
+    served = moto_throttle.calls
     # choose() looks for each shard's job once before creating it, and each job is described when it ended
-    assert calls.get("describe", 0) <= 2 * len(jobs), calls
-    assert calls.get("list", 0) >= 9, calls  # the rounds happened, each with one List call
-    assert calls.get("logs", 0) <= calls["list"] + len(jobs), calls
+    assert served["DescribeTransformJob"] == 2 * len(jobs), served
+    calls = operator.lifecycle.calls
+    assert served["ListTransformJobs"] >= 9 and calls["list"] >= 9, (served, calls)  # one List a round
+    assert calls.get("logs", 0) <= calls["list"] + len(jobs), calls  # one log read a round (+ the last lines)
     printed = capfd.readouterr().out
     for job in jobs:
         assert f"{job} " in printed and f"scored the shard of {job}" in printed
         assert printed.count(f"scored the shard of {job}") == 1  # each line once, though every round re-reads
+
+
+def test_a_role_that_may_not_list_jobs_waits_for_its_shard_jobs_one_by_one(backend, prefix, s3, sm, moto_server,
+                                                                          capfd):
+    """Without sagemaker:ListTransformJobs (AccessDenied) the task says so once and describes each job every
+    round, as it would have without coalescing; the jobs' outcome is the same."""
+    moto_throttle.install()
+    moto_throttle.reset()
+    moto_throttle.fail("ListTransformJobs", 1, "AccessDeniedException",
+                       "User is not authorized to perform: sagemaker:ListTransformJobs")
+    operator, jobs = wait_for_shard_jobs(prefix, s3, sm, moto_server)
+    served = moto_throttle.calls
+    assert served["ListTransformJobs"] == 1, served  # refused once: not asked again
+    assert served["DescribeTransformJob"] > 3 * len(jobs), served  # every job, every round
+    printed = capfd.readouterr().out
+    assert printed.count("describing each job every round instead") == 1
+    assert "sagemaker:ListTransformJobs" in printed
