@@ -35,7 +35,6 @@ from airflow_smdist.backends.base import (
 from airflow_smdist.backends.local import launcher
 from airflow_smdist.backends.local.store import JobStore, pid_alive, read_json, read_jsonl, write_json_atomic
 from airflow_smdist.kinds import kind_info, load
-from airflow_smdist.specs.validate import validate_request
 
 ACCOUNT = "000000000000"
 
@@ -128,6 +127,8 @@ class LocalBackend:
         """Everything :meth:`submit` checks before it writes anything: botocore's model of the request, what
         the kind's module can run here, the runtime of its image (and of a transform's model, where that
         exists already). Raises SpecError naming the field."""
+        from airflow_smdist.specs.validate import validate_request  # submit's alone: not in every supervisor
+
         module = self.kind_module(kind)
         validate_request(module.OPERATION, request, allow_local_uris=True)
         module.check_request(request)

@@ -31,7 +31,6 @@ import errno
 import fcntl
 import json
 import os
-import secrets
 import shutil
 import time
 from pathlib import Path
@@ -236,7 +235,7 @@ class JobStore:
         base = self.job_dir(kind, name).parent
         private_dir(base, chmod=True)
         self.reclaim_staging(kind)
-        d = base / f"{STAGING_PREFIX}{name}.{os.getpid()}.{secrets.token_hex(4)}"
+        d = base / f"{STAGING_PREFIX}{name}.{os.getpid()}.{os.urandom(4).hex()}"
         d.mkdir(mode=0o700)
         return d
 

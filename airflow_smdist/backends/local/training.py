@@ -20,14 +20,13 @@ import tarfile
 import tempfile
 import threading
 import time
-import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow_smdist.backends.local import (
     contract,
     dt,
     last_modified,
-    mpi,
     runtimes,
     transitions_of,
 )
@@ -41,6 +40,9 @@ from airflow_smdist.backends.local.supervisor import (
 )
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import safe_join
+
+if TYPE_CHECKING:
+    from airflow_smdist.backends.local import mpi
 
 OPERATION = "CreateTrainingJob"
 CHECKPOINT_DEFAULT = "/opt/ml/checkpoints"
@@ -227,6 +229,8 @@ class TrainingSupervisor(JobSupervisor):
         hps = contract.decode_hyperparameters(self.request.get("HyperParameters", {}))
         if contract.launcher_of(hps) != "mpi":
             return
+        from airflow_smdist.backends.local import mpi  # MPI jobs' alone: not in every supervisor
+
         reason = mpi.missing(None if rt.is_worker else rt.python, rt.bin_dir)
         if reason:
             raise PlatformError(f"distribution.mpi: {reason}: the local backend runs an MPI job with Open MPI's "
@@ -328,6 +332,8 @@ class TrainingSupervisor(JobSupervisor):
     def mpi_cmd(self, host: contract.Host, env: dict, entry: str, args: list[str], nproc: int,
                 dist: list[str]) -> list[str]:
         """mpirun on the first distribution host; the others wait for its daemon to come and go."""
+        from airflow_smdist.backends.local import mpi
+
         rt = self.runtime
         inside = "/opt/ml/code" if self.isolation == "namespace" else str(self.host_dir(host) / "code")
         if self.agents is None:
@@ -444,6 +450,8 @@ class TrainingSupervisor(JobSupervisor):
             self.write_failure(cluster, str(e))
             status, secondary, reason = "Failed", "Failed", "AlgorithmError: " + str(e)
         except Exception as e:  # noqa: BLE001 - any platform error fails the job with its reason
+            import traceback
+
             self.log.write(traceback.format_exc())
             if self.procs:
                 self.end_all(5)
@@ -504,6 +512,8 @@ def check_request(request: dict) -> None:
             raise SpecError(f"distribution.{what}", f"the {what} launcher is not run by the local backend.",
                             "use torch_distributed, pytorchddp or mpi locally, or backend='sagemaker'.")
     # in image runtimes, runtimes.check_image asks the job's runtime (it knows the declared ones)
+    from airflow_smdist.backends.local import mpi
+
     if (json.loads(hps.get("sagemaker_mpi_enabled", "false") or "false") is True
             and runtimes.runtime_mode() == "worker" and mpi.missing()):
         raise SpecError("distribution.mpi", f"{mpi.missing()}: the local backend runs MPI jobs with Open MPI's mpirun "
