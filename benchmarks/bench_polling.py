@@ -17,6 +17,8 @@ calls per job lifetime (everything the triggers made from start to their events,
 Describe of each operator's ``execute_complete``, which both operators make), CPU seconds of the event
 loop's thread per interval (the triggerer's side; moto runs in other threads), and the RSS the triggers
 added. Usage: python benchmarks/bench_polling.py [N,N,...] [interval_s] [intervals] [--only smdist|amazon]
+(``BENCH_PROFILE=path``: also a cProfile of the event loop's thread over the steady intervals, written to
+``path.<variant>.<N>``; its overhead inflates the CPU figures of that run)
 (``--only smdist``: this provider's trigger alone, e.g. at N=2,000, where the Amazon trigger's warm-up takes
 longer than the run; the table then reports how its numbers grow with N against its smallest N.)
 """
@@ -143,10 +145,19 @@ def child(variant: str, n: int, interval: float, intervals: int) -> dict:
             await asyncio.sleep(0.2)
         out["warm_up_s"] = time.monotonic() - t0
         await asyncio.sleep(interval * 0.5)
+        profiler = None
+        if os.environ.get("BENCH_PROFILE"):  # cProfile of the event loop's thread over the steady intervals
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         steady_calls, cpu0 = sum(calls.values()), time.thread_time()
         await asyncio.sleep(interval * intervals)
         out["calls_per_interval"] = (sum(calls.values()) - steady_calls) / intervals
         out["cpu_per_interval"] = (time.thread_time() - cpu0) / intervals
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(f"{os.environ['BENCH_PROFILE']}.{variant}.{n}")
         out["rss_added_mib"] = rss_mib() - rss0
         for name in names:
             set_training_job_status(name, "Completed")

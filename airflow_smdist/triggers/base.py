@@ -19,7 +19,8 @@ common name prefix and routed to each job by stream name. (A departure from batc
 per job would tell.) A round reads from ``LOG_SETTLE_SECONDS`` before the previous read (on CloudWatch's
 clock), and once every ``LOG_LAG_SECONDS`` a sweep reads the whole lag window for lines CloudWatch ingested
 late, so a round's work follows the lines written since the last one; lines read twice are skipped by event
-id (see ``_LogCursor``). Each trigger keeps its cursor in a small file (next
+id. The watched jobs share one cursor, and a round touches a job's own state only when it got lines or just
+joined (see :class:`CloudWatchLogReader`): a quiet round costs the same for 2,000 jobs as for 10. Each trigger keeps its cursor in a small file (next
 to a local job; under the local root for SageMaker jobs) written after the lines were logged, so a trigger
 rebuilt after a triggerer restart resumes where the last one stopped: no line twice, none lost.
 
@@ -59,7 +60,7 @@ LIST_OVERLAP_SECONDS = 60.0
 #: service's List index is eventually consistent; the margin also covers the Date header's 1 s resolution)
 LIST_SETTLE_SECONDS = 5.0
 #: CloudWatch may make a line visible after later ones, up to this long after its timestamp: a sweep every
-#: this long reads from this far back (see _LogCursor)
+#: this long reads from this far back (see CloudWatchLogReader)
 LOG_LAG_SECONDS = 30.0
 #: most lines are visible this soon after their timestamp: each round reads from this long before the last read
 LOG_SETTLE_SECONDS = 5.0
@@ -108,8 +109,6 @@ class SageMakerStatusSource:
         self._clients: dict[str, Any] = {}
         self._cms: dict[str, Any] = {}
         self._users = 0
-        #: (kind, job) -> (the cursor read_logs returned last, its parsed form): not parsed again every round
-        self._log_cursors: dict[tuple[str, str], tuple[Any, _LogCursor]] = {}
 
     async def _conn(self, service: str = "sagemaker"):
         if service not in self._clients:
@@ -178,18 +177,22 @@ class SageMakerStatusSource:
         d.pop("ResponseMetadata", None)
         return d
 
-    async def read_logs(self, kind: str, cursors: dict[str, Any]) -> dict[str, tuple[list[LogEvent], Any]]:
-        """New lines of every job in ``cursors`` with one paged FilterLogEvents call for all of them."""
+    def log_reader(self, kind: str) -> CloudWatchLogReader:
+        """A reader of the new CloudWatch lines of a changing set of jobs of ``kind`` (one per log poller)."""
+        return CloudWatchLogReader(self, kind)
+
+    async def filter_events(self, kind: str, start: int, prefix: str, owners: Callable[[str], bool]
+                            ) -> tuple[dict[str, list[tuple[int, int, LogEvent, str]]], int | None]:
+        """One paged FilterLogEvents call over ``kind``'s log group from ``start`` (ms), streams named
+        ``prefix...``: the lines of the jobs ``owners`` accepts, by job, as (timestamp, order, event, id); and
+        the service's time of the read (ms, less a second: the Date header's resolution; None if unknown)."""
         from airflow_smdist.backends.sagemaker import host_of_stream
 
-        state = {name: self._log_cursor(kind, name, c) for name, c in cursors.items()}
-        start = min(c.read_from() for c in state.values())
         kwargs: dict[str, Any] = {"logGroupName": kind_info(kind).log_group, "startTime": start}
-        prefix = common_prefix(list(cursors))
         if prefix:
             kwargs["logStreamNamePrefix"] = prefix
         client = await self._conn("logs")
-        found: dict[str, list[tuple[int, int, LogEvent, str]]] = {name: [] for name in cursors}
+        found: dict[str, list[tuple[int, int, LogEvent, str]]] = {}
         order = 0
         server_time = None
         while True:
@@ -209,83 +212,188 @@ class SageMakerStatusSource:
                     if m:
                         owner, trial = m["tuning"], m["trial"]
                         host = f"{trial[len(owner) + 1:]}/{host_of_stream(trial, stream)}"
-                if owner not in found:
+                if not owners(owner):
                     continue
                 host = host or host_of_stream(owner, stream)
                 order += 1
-                found[owner].append((e["timestamp"], order, LogEvent(e["timestamp"] / 1000.0, host, e["message"]),
-                                     e.get("eventId") or f"{stream}@{e['timestamp']}@{order}"))
+                found.setdefault(owner, []).append((
+                    e["timestamp"], order, LogEvent(e["timestamp"] / 1000.0, host, e["message"]),
+                    e.get("eventId") or f"{stream}@{e['timestamp']}@{order}"))
             token = page.get("nextToken")
             if not token or token == kwargs.get("nextToken"):
                 break
             kwargs["nextToken"] = token
-        # a quiet job's cursor moves on with the service's clock (less a second: the Date header's resolution),
-        # so it does not hold every later round's start back at its last line
-        read_ms = None if server_time is None else int(server_time * 1000) - 1000
-        out = {name: state[name].take(found[name], start, read_ms) for name in cursors}
-        others = {k: v for k, v in self._log_cursors.items() if k[0] != kind}
-        self._log_cursors = others | {(kind, name): (out[name][1], state[name]) for name in cursors}
-        return out
-
-    def _log_cursor(self, kind: str, name: str, cursor: Any) -> _LogCursor:
-        cached = self._log_cursors.get((kind, name))
-        if cached is not None and cached[0] is cursor:
-            return cached[1]
-        return _LogCursor.load(cursor)
+        return found, None if server_time is None else int(server_time * 1000) - 1000
 
 
 class _LogCursor:
-    """Where a job's CloudWatch lines were read up to, and the ids of the lines read lately.
+    """A job's log cursor as a trigger keeps it (``{"t", "seen", "r"}``, see :class:`CloudWatchLogReader`):
+    every line stamped before ``t - LOG_LAG_SECONDS`` (ms) was read; ``seen``: the ids of the lines stamped
+    since then that were read."""
 
-    ``t`` (ms): every line stamped before ``t - LOG_LAG_SECONDS`` was read (a line reaches CloudWatch within
-    ``LOG_LAG_SECONDS`` of its timestamp). ``r`` (ms): the service's time of the last read (None: unknown).
-    A round reads from ``r - LOG_SETTLE_SECONDS`` (most lines arrive that soon), so it re-reads seconds of
-    lines, not the whole lag window; once every ``LOG_LAG_SECONDS`` a round sweeps from ``t - LOG_LAG_SECONDS``
-    for the lines that arrived later than that, and only such a round moves ``t`` on. Lines read twice are
-    skipped by id: ``seen`` keeps the ids of the lines stamped since ``t - LOG_LAG_SECONDS``."""
-
-    def __init__(self, t: int, seen: list, r: int | None = None) -> None:
+    def __init__(self, t: int, seen: list) -> None:
         self.t = int(t)
-        self.r = None if r is None else int(r)
         self.seen = {str(i): int(ts) for ts, i in seen}
 
     @classmethod
     def load(cls, cursor: Any) -> _LogCursor:
         if isinstance(cursor, dict) and "t" in cursor:
-            return cls(cursor["t"], cursor.get("seen", []), cursor.get("r"))
+            return cls(cursor["t"], cursor.get("seen", []))
         return cls(0, [])
 
     def start_ms(self) -> int:
         """Where a sweep reads from: no line stamped earlier can be new."""
         return max(0, self.t - int(LOG_LAG_SECONDS * 1000))
 
-    def read_from(self) -> int:
-        """Where this job's next round reads from (a sweep when one is due, or when the service's time of the
-        last read is not known)."""
-        if self.r is None or self.r - self.t >= LOG_LAG_SECONDS * 1000:
-            return self.start_ms()
-        return max(self.start_ms(), self.r - int(LOG_SETTLE_SECONDS * 1000))
 
-    def take(self, events: list[tuple[int, int, LogEvent, str]], start: int | None = None,
-             read_ms: int | None = None) -> tuple[list[LogEvent], dict]:
-        """The new lines among ``events``, read from ``start`` on (default: a sweep), at the service's time
-        ``read_ms``; and the cursor after them."""
-        covered = start is None or start <= self.start_ms()  # a sweep of this job's lag window
-        new = [e for e in sorted(events) if e[0] >= self.start_ms() and e[3] not in self.seen] if events else []
-        for ts, _o, _e, event_id in new:
-            self.seen[event_id] = ts
-            if covered:
-                self.t = max(self.t, ts)
+class CloudWatchLogReader:
+    """The new lines of the jobs of one kind a log poller watches, one paged FilterLogEvents call a round, with
+    work that follows the lines read and the jobs that joined or left, not the number of jobs watched.
+
+    One cursor for the whole group: ``t`` (ms): every line of every member stamped before
+    ``t - LOG_LAG_SECONDS`` was read (a line reaches CloudWatch within ``LOG_LAG_SECONDS`` of its timestamp);
+    ``r`` (ms): the service's time of the last read (None: unknown). A round reads from
+    ``r - LOG_SETTLE_SECONDS`` (most lines arrive that soon), so it re-reads seconds of lines, not the whole lag
+    window; once every ``LOG_LAG_SECONDS`` a round sweeps from ``t - LOG_LAG_SECONDS`` for the lines that
+    arrived later than that, and only such a round moves ``t`` on. Lines read twice are skipped by event id.
+
+    Per job, only: the ids of its lines stamped since the group's horizon (so a job without lines costs nothing
+    a round), and, while it is later than the group's, the horizon of the cursor it joined with. A job that
+    joins (a new wait, or a trigger rebuilt with its saved cursor) is read in the next round from its own
+    cursor (a sweep of its lag window) and is a member from then on. A job's cursor, in the form a trigger
+    saves and resumes from, is made only when the job has new lines."""
+
+    def __init__(self, source: SageMakerStatusSource, kind: str) -> None:
+        self.source = source
+        self.kind = kind
+        self.t: int | None = None
+        self.r: int | None = None
+        self.members: set[str] = set()
+        self.joining: dict[str, _LogCursor] = {}
+        #: job -> {event id: timestamp} of its lines read since the group's horizon (jobs with such lines only)
+        self.seen: dict[str, dict[str, int]] = {}
+        #: job -> the horizon (ms) of the cursor it joined with, while that is later than the group's
+        self.floor: dict[str, int] = {}
+        self._prefix: str | None = None  # the watched jobs' common name prefix (None: to be worked out)
+
+    def add(self, name: str, cursor: Any) -> None:
+        self.remove(name)
+        self.joining[name] = _LogCursor.load(cursor)
+        if self._prefix is not None:
+            self._prefix = common_prefix([self._prefix, name])
+
+    def remove(self, name: str) -> None:
+        if name not in self.members and name not in self.joining:
+            return
+        self.members.discard(name)
+        self.joining.pop(name, None)
+        self.seen.pop(name, None)
+        self.floor.pop(name, None)
+        self._prefix = None
+        if not self.members and not self.joining:  # a group that joins later starts from its own cursors
+            self.t = self.r = None
+            self.seen.clear()
+            self.floor.clear()
+
+    def _horizon(self) -> int:
+        return max(0, (self.t or 0) - int(LOG_LAG_SECONDS * 1000))
+
+    def _read_from(self) -> int | None:
+        """Where the members' next round reads from: a sweep when one is due or the last read's time is unknown."""
+        if self.t is None:
+            return None
+        if self.r is None or self.r - self.t >= LOG_LAG_SECONDS * 1000:
+            return self._horizon()
+        return max(self._horizon(), self.r - int(LOG_SETTLE_SECONDS * 1000))
+
+    def _prefix_now(self) -> str:
+        if self._prefix is None:
+            ends = [min(self.members), max(self.members)] if self.members else []
+            self._prefix = common_prefix(ends + list(self.joining))
+        return self._prefix
+
+    async def read(self) -> dict[str, tuple[list[LogEvent], dict]]:
+        """One round: the new lines of each job that has some, and its cursor after them."""
+        joining = dict(self.joining)  # read from their own cursors this round
+        members = self.members
+        starts = [c.start_ms() for c in joining.values()]
+        group_from = self._read_from() if members else None
+        if group_from is not None:
+            starts.append(group_from)
+        if not starts:
+            return {}
+        start = min(starts)
+        found, read_ms = await self.source.filter_events(
+            self.kind, start, self._prefix_now(), lambda owner: owner in members or owner in joining)
+        latest = max((e[0] for events in found.values() for e in events), default=None)
+        evidence = max((x for x in (read_ms, latest) if x is not None), default=None)  # the service's "now"
+        out: dict[str, tuple[list[LogEvent], dict]] = {}
+        for name in [n for n in found if n in self.members and n not in joining]:
+            new = self._new_lines(name, found[name], max(self._horizon(), self.floor.get(name, 0)),
+                                  self.seen.get(name, {}))
+            if new:
+                out[name] = ([e[2] for e in new], {})
+        if group_from is not None:
+            self._advance(start <= self._horizon(), evidence, read_ms)
+        for name, cursor in joining.items():
+            if self.joining.get(name) is cursor:  # not left meanwhile
+                new = self._new_lines(name, found.get(name, []), cursor.start_ms(), cursor.seen)
+                self._join(name, cursor, evidence, read_ms)
+                if new:
+                    out[name] = ([e[2] for e in new], {})
+        return {name: (events, self.cursor(name)) for name, (events, _c) in out.items()}
+
+    def _new_lines(self, name: str, events: list, horizon: int, seen: dict[str, int]) -> list:
+        new = [e for e in sorted(events) if e[0] >= horizon and e[3] not in seen]
+        if new:
+            kept = self.seen.setdefault(name, {})
+            kept.update({e[3]: e[0] for e in new})
+        return new
+
+    def _advance(self, sweep: bool, evidence: int | None, read_ms: int | None) -> None:
+        """The group's cursor after a round (a sweep of its lag window moves ``t`` on)."""
+        if self.t is None:  # every member left during the round
+            return
         if read_ms is not None:
             self.r = read_ms if self.r is None else max(self.r, read_ms)
-            if covered:
-                self.t = max(self.t, read_ms)
-        horizon = self.start_ms()
-        self.seen = {i: ts for i, ts in self.seen.items() if ts >= horizon}
-        cursor: dict[str, Any] = {"t": self.t, "seen": sorted([ts, i] for i, ts in self.seen.items())}
+        if not sweep or evidence is None or evidence <= self.t:
+            return
+        self.t = evidence
+        horizon = self._horizon()
+        for name in list(self.seen):  # the lines of the last LOG_LAG_SECONDS, not the jobs
+            kept = {i: ts for i, ts in self.seen[name].items() if ts >= horizon}
+            if kept:
+                self.seen[name] = kept
+            else:
+                del self.seen[name]
+        self.floor = {name: f for name, f in self.floor.items() if f > horizon}
+
+    def _join(self, name: str, cursor: _LogCursor, evidence: int | None, read_ms: int | None) -> None:
+        """A job read from its own cursor (a sweep of its lag window) becomes a member."""
+        del self.joining[name]
+        t = cursor.t if evidence is None else max(cursor.t, evidence)
+        if self.t is None:  # the first member: the group's cursor is its own
+            self.t, self.r = t, read_ms
+        self.members.add(name)
+        own = max(0, t - int(LOG_LAG_SECONDS * 1000))
+        if own > self._horizon():
+            self.floor[name] = own
+        horizon = max(own, self._horizon())
+        kept = {i: ts for i, ts in (cursor.seen | self.seen.get(name, {})).items() if ts >= horizon}
+        if kept:
+            self.seen[name] = kept
+        else:
+            self.seen.pop(name, None)
+
+    def cursor(self, name: str) -> dict[str, Any]:
+        """``name``'s cursor as a trigger saves it: resumed, it reads no line twice and loses none."""
+        t = max(self.t or 0, self.floor.get(name, 0) + int(LOG_LAG_SECONDS * 1000))
+        horizon = max(0, t - int(LOG_LAG_SECONDS * 1000))
+        seen = sorted([ts, i] for i, ts in self.seen.get(name, {}).items() if ts >= horizon)
+        out: dict[str, Any] = {"t": t, "seen": seen}
         if self.r is not None:
-            cursor["r"] = self.r
-        return [e[2] for e in new], cursor
+            out["r"] = self.r
+        return out
 
 
 class LocalStatusSource:
@@ -443,6 +551,35 @@ class CoalescedPoller:
             await self.source.close()
 
 
+class _PerJobLogReader:
+    """A source's ``read_logs(kind, cursors)`` (every watched job's cursor in, a result per job out; the local
+    backend reads each job's log files) in the reader form :class:`CoalescedLogPoller` uses."""
+
+    def __init__(self, source, kind: str) -> None:
+        self.source = source
+        self.kind = kind
+        self.cursors: dict[str, Any] = {}
+
+    def add(self, name: str, cursor: Any) -> None:
+        self.cursors[name] = cursor
+
+    def remove(self, name: str) -> None:
+        self.cursors.pop(name, None)
+
+    async def read(self) -> dict[str, tuple[list[LogEvent], Any]]:
+        asked = dict(self.cursors)
+        if not asked:
+            return {}
+        results = await self.source.read_logs(self.kind, asked)
+        out = {}
+        for name, (events, cursor) in results.items():
+            if self.cursors.get(name, self) is asked[name]:  # still watched, from the same cursor
+                self.cursors[name] = cursor
+                if events:
+                    out[name] = (events, cursor)
+        return out
+
+
 class CoalescedLogPoller:
     """Reads the new log lines of every watched job of one kind in one round per interval (one paged
     FilterLogEvents call on SageMaker). ``flush(name)`` asks for a round now and waits for it: a trigger
@@ -456,18 +593,22 @@ class CoalescedLogPoller:
         self.task: asyncio.Task | None = None
         self.wake = asyncio.Event()
         self.round_done: asyncio.Future | None = None
+        log_reader = getattr(source, "log_reader", None)
+        self.reader = log_reader(kind) if log_reader is not None else _PerJobLogReader(source, kind)
 
     def watch(self, name: str, cursor: Any, sink: Callable[[list[LogEvent], Any], None]) -> None:
         # the watcher's context: Airflow's triggerer routes a log line to a trigger's log file by the
         # contextvars bound in that trigger's task, so each sink runs in the context of the trigger that
         # registered it, not in the context of whichever trigger started this shared poller
         self.watchers[name] = {"cursor": cursor, "sink": sink, "context": contextvars.copy_context()}
+        self.reader.add(name, cursor)
         if self.task is None or self.task.done():
             self.source.acquire()
             self.task = asyncio.get_running_loop().create_task(self._run())
 
     def unwatch(self, name: str) -> None:
-        self.watchers.pop(name, None)
+        if self.watchers.pop(name, None) is not None:
+            self.reader.remove(name)
         if not self.watchers:
             self.wake.set()
 
@@ -482,16 +623,16 @@ class CoalescedLogPoller:
         await asyncio.shield(waiter)
 
     async def round(self) -> None:
-        watchers = dict(self.watchers)
-        if not watchers:
+        if not self.watchers:
             return
-        results = await self.source.read_logs(self.kind, {n: w["cursor"] for n, w in watchers.items()})
+        # only the jobs with new lines: a quiet job costs no call into its trigger, nor any work here
+        results = await self.reader.read()
         for name, (events, cursor) in results.items():
             w = self.watchers.get(name)
             if w is None:
                 continue
             w["cursor"] = cursor
-            if not events:  # nothing to log, nothing to save: a quiet job costs no call into its trigger
+            if not events:
                 continue
             try:
                 w["context"].run(w["sink"], events, cursor)

@@ -712,6 +712,9 @@ def install_summary_and_log_extensions() -> None:
       carries; the handler adds it from moto's job.
     * moto's FilterLogEvents ignores ``logStreamNamePrefix`` (it returns every stream's events); the handler
       narrows to the streams with that prefix, as CloudWatch does.
+    * moto's FilterLogEvents lists every stream it searched in ``searchedLogStreams`` (one entry per job's
+      stream, for the client to parse every call); CloudWatch has returned an empty list there since
+      May 2020 (the field is deprecated), and so does the handler.
     """
     global _summary_extensions_installed
     if _summary_extensions_installed:
@@ -736,10 +739,17 @@ def install_summary_and_log_extensions() -> None:
 
     original_filter = LogsResponse.filter_log_events
 
+    def none_searched(result):
+        if not isinstance(result, (str, bytes)):
+            return result
+        body = json.loads(result)
+        body["searchedLogStreams"] = []
+        return json.dumps(body)
+
     def filter_log_events(self):
         prefix = self._get_param("logStreamNamePrefix")
         if not prefix or self._get_param("logStreamNames"):
-            return original_filter(self)
+            return none_searched(original_filter(self))
         body = json.loads(self.body or "{}")
         group = self.logs_backend.groups.get(body.get("logGroupName"))
         names = sorted(n for n in (group.streams if group else {}) if n.startswith(prefix))
@@ -749,7 +759,7 @@ def install_summary_and_log_extensions() -> None:
         if names:
             body["logStreamNames"] = names
         self.body = json.dumps(body)
-        return original_filter(self)
+        return none_searched(original_filter(self))
 
     SageMakerResponse.list_training_jobs = list_training_jobs
     LogsResponse.filter_log_events = filter_log_events

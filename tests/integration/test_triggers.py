@@ -479,3 +479,77 @@ def test_the_moto_server_filters_list_calls_before_it_pages_them_as_the_service_
     every = [s["TrainingJobName"] for p in sm.get_paginator("list_training_jobs").paginate(
         NameContains=prefix, PaginationConfig={"PageSize": 100}) for s in p["TrainingJobSummaries"]]
     assert sorted(every) == sorted(names)
+
+
+def test_a_log_round_works_on_the_jobs_with_new_lines_not_on_every_watched_job(moto_server, tmp_path, monkeypatch):
+    """The log round's bookkeeping follows the jobs that got lines (and those that joined), not the number of
+    jobs watched: a quiet round makes as many calls into the trigger module for 300 watched jobs as for 10, and
+    a round in which 2 of 300 jobs logged hands lines to those 2 triggers only, once each."""
+    from moto_server import seed_log_stream
+
+    from airflow_smdist.triggers import base
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
+    group = "/aws/sagemaker/TrainingJobs"
+    run = uuid.uuid4().hex[:6]
+    now_ms = int(time.time() * 1000)
+    few = [f"work-{run}-few-{i:03d}" for i in range(10)]  # two sets, no name a prefix of the other's
+    many = [f"work-{run}-many-{i:03d}" for i in range(300)]
+    for n in few + many:
+        # stamped before the settle window a round re-reads, so a quiet round reads no line at all
+        seed_log_stream(moto_server, group, f"{n}/algo-1-1700000000", [(now_ms - 10_000, f"{n} first")])
+
+    async def rounds(watched: list[str]) -> tuple[int, dict[str, list[str]], int]:
+        got: dict[str, list[str]] = {}
+        source = SageMakerStatusSource("aws_default", "us-east-1")
+        poller = base.CoalescedLogPoller(source, "training", 600)  # rounds driven by the test, not a timer
+        for n in watched:
+            poller.watch(n, {"t": now_ms - 15_000, "seen": []},
+                         lambda events, _c, n=n: got.setdefault(n, []).extend(e.message for e in events))
+        await poller.flush(watched[0])  # the first round: every job joins, its first line
+        assert all(got.get(n) == [f"{n} first"] for n in watched), got
+        got.clear()
+        counted: list[int] = []
+        for _ in range(2):  # a quiet round, counted (the second: the first after joining may sweep)
+            counts: set = set()  # the frames, so a coroutine resumed after each await counts once
+
+            def profile(frame, event, _arg, counts=counts):
+                if event == "call" and frame.f_code.co_filename == base.__file__:
+                    counts.add(frame)
+
+            sys.setprofile(profile)
+            try:
+                await poller.round()
+            finally:
+                sys.setprofile(None)
+            counted.append(len(counts))
+        for n in watched[3:5]:
+            seed_log_stream(moto_server, group, f"{n}/algo-1-1700000000", [(int(time.time() * 1000), f"{n} more")])
+        await poller.round()
+        await poller.round()  # read again: the lines are not handed over twice
+        for n in watched:
+            poller.unwatch(n)
+        await asyncio.sleep(0.1)
+        return counted[-1], got, source.calls.get("logs", 0)
+
+    few_work, few_got, _ = asyncio.run(rounds(few))
+    many_work, many_got, many_calls = asyncio.run(rounds(many))
+    assert many_work == few_work, (few_work, many_work)  # a quiet round: the same work for 300 jobs as for 10
+    assert many_got == {n: [f"{n} more"] for n in many[3:5]}  # only the 2 jobs with lines, once each
+    assert few_got == {n: [f"{n} more"] for n in few[3:5]}
+    assert many_calls == 5  # one FilterLogEvents call a round, whatever the number of jobs
+
+
+def test_the_moto_server_answers_filter_log_events_without_the_searched_streams_as_cloudwatch_does(moto_server):
+    """CloudWatch returns an empty ``searchedLogStreams`` since May 2020 (deprecated); moto listed every
+    stream searched, a response that grew with the number of jobs for the trigger to parse every round."""
+    import boto3
+    from moto_server import REGION, seed_log_stream
+
+    group, run = "/aws/sagemaker/TrainingJobs", uuid.uuid4().hex[:6]
+    for i in range(3):
+        seed_log_stream(moto_server, group, f"searched-{run}-{i}/algo-1-1700000000", [(int(time.time() * 1000), "x")])
+    logs = boto3.client("logs", region_name=REGION, endpoint_url=moto_server)
+    for kwargs in ({}, {"logStreamNamePrefix": f"searched-{run}-"}):
+        page = logs.filter_log_events(logGroupName=group, **kwargs)
+        assert page["searchedLogStreams"] == [] and len(page["events"]) >= 3
