@@ -553,3 +553,47 @@ def test_the_moto_server_answers_filter_log_events_without_the_searched_streams_
     for kwargs in ({}, {"logStreamNamePrefix": f"searched-{run}-"}):
         page = logs.filter_log_events(logGroupName=group, **kwargs)
         assert page["searchedLogStreams"] == [] and len(page["events"]) >= 3
+
+
+def test_a_job_joining_the_shared_log_cursor_with_a_later_saved_cursor_gets_no_line_twice(
+        moto_server, tmp_path, monkeypatch):
+    """Jobs share one log cursor. A trigger rebuilt with a saved cursor later than the group's (its lines up to
+    then were logged by the triggerer before) joins it: the group's next sweep of its lag window reads that
+    job's older lines again, and they are not logged a second time; its new lines are."""
+    from moto_server import seed_log_stream
+
+    from airflow_smdist.triggers import base
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
+    monkeypatch.setattr(base, "LOG_LAG_SECONDS", 5.0)
+    monkeypatch.setattr(base, "LOG_SETTLE_SECONDS", 0.5)
+    group, run = "/aws/sagemaker/TrainingJobs", uuid.uuid4().hex[:6]
+    a, b = f"join-{run}-a", f"join-{run}-b"
+    now_ms = int(time.time() * 1000)
+    seed_log_stream(moto_server, group, f"{a}/algo-1-1700000000", [(now_ms - 1000, "a line")])
+    seed_log_stream(moto_server, group, f"{b}/algo-1-1700000000", [(now_ms - 3500, "b line logged before")])
+
+    async def scenario():
+        got: dict[str, list[str]] = {}
+
+        def sink(name):
+            return lambda events, _c: got.setdefault(name, []).extend(e.message for e in events)
+
+        poller = base.CoalescedLogPoller(SageMakerStatusSource("aws_default", "us-east-1"), "training", 600)
+        poller.watch(a, {"t": now_ms - 10_000, "seen": []}, sink(a))
+        await poller.flush(a)  # a's first round: the group's cursor is a's
+        await asyncio.sleep(3.0 - (time.time() * 1000 - now_ms) / 1000)
+        # b, rebuilt with the cursor its last triggerer saved: every line stamped before t - 5 s was logged
+        poller.watch(b, {"t": int(time.time() * 1000), "seen": []}, sink(b))
+        await poller.round()
+        seed_log_stream(moto_server, group, f"{b}/algo-1-1700000000", [(int(time.time() * 1000), "b new line")])
+        for _ in range(16):  # past the group's next sweep (once every LOG_LAG_SECONDS)
+            await asyncio.sleep(0.5)
+            await poller.round()
+        poller.unwatch(a)
+        poller.unwatch(b)
+        await asyncio.sleep(0.1)
+        return got
+
+    got = asyncio.run(scenario())
+    assert got == {a: ["a line"], b: ["b new line"]}
