@@ -210,10 +210,31 @@ def nat_unavailable() -> str | None:
 
 def _nft(commands: list[dict]) -> None:
     """One atomic nftables transaction, given as JSON (``nft -j -f -``)."""
-    r = subprocess.run([_nft_path() or "nft", "-j", "-f", "-"], input=json.dumps({"nftables": commands}),
-                       capture_output=True, text=True, timeout=20, check=False)
-    if r.returncode != 0:
-        raise OSError(f"nft: {r.stderr.strip() or r.stdout.strip() or f'exit {r.returncode}'}")
+    _nft_wait(_nft_start(commands))
+
+
+def _nft_start(commands: list[dict]) -> subprocess.Popen[str]:
+    """:func:`_nft`, started: it runs while the caller does something else; :func:`_nft_wait` ends it."""
+    proc = subprocess.Popen([_nft_path() or "nft", "-j", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    with proc.stdin:  # a few kB: within a pipe's buffer, so nft reads it while the caller goes on
+        proc.stdin.write(json.dumps({"nftables": commands}))
+    return proc
+
+
+def _nft_wait(proc: subprocess.Popen[str]) -> None:
+    """Wait for an nft started by :func:`_nft_start`; OSError with its message if it failed."""
+    assert proc.stdout is not None
+    try:
+        code = proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    with proc.stdout:
+        message = proc.stdout.read().strip()  # nft prints nothing but its errors: never a pipe's worth
+    if code != 0:
+        raise OSError(f"nft: {message or f'exit {code}'}")
 
 
 def _match(key: dict, value: object, op: str = "==") -> dict:
@@ -251,10 +272,13 @@ def nat_ruleset(bridge: str, subnet: ipaddress.IPv4Network) -> list[dict]:
 
 def delete_nat(bridge: str) -> None:
     """Delete a job's table if there is one (adding it first makes the delete never fail)."""
-    if not _nft_path():
-        return
+    if _nft_path():
+        _nft(_drop_table(bridge))
+
+
+def _drop_table(bridge: str) -> list[dict]:
     name = nat_table(bridge)
-    _nft([{"add": {"table": {"family": "ip", "name": name}}}, {"delete": {"table": {"family": "ip", "name": name}}}])
+    return [{"add": {"table": {"family": "ip", "name": name}}}, {"delete": {"table": {"family": "ip", "name": name}}}]
 
 
 def enable_forwarding() -> bool:
@@ -388,10 +412,14 @@ class JobNetwork:
                 s.close()
             except OSError:
                 pass
-        remove_bridge(self.bridge)
+        remove_bridge(self.bridge, hosts_ended=True)
 
 
-def remove_bridge(name: str) -> None:
+def remove_bridge(name: str, *, hosts_ended: bool = False) -> None:
+    """Delete a job's links, then its table, then its registry entry. With ``hosts_ended`` (its supervisor's own
+    teardown: every host has exited, nothing sends through the job's links) the table goes while the kernel
+    deletes the links (tens of milliseconds for a bridge) rather than after them."""
+    nat = _nft_start(_drop_table(name)) if hosts_ended and _nft_path() else None
     hosts = host_link_prefix(name)
     # the hosts' veths first: one dies with its namespace, but the kernel tears a namespace down
     # asynchronously, so a link can outlive the job by seconds; deleting it takes both ends at once
@@ -400,7 +428,7 @@ def remove_bridge(name: str) -> None:
     if gone:  # -force: a link that vanished meanwhile does not keep the others; a bridge takes its address and route
         ip("-force", batch=[f"link del {n}" for n in sorted(gone, key=lambda n: n == name)], check=False)
     try:
-        delete_nat(name)
+        _nft_wait(nat) if nat is not None else delete_nat(name)
     except OSError:
         return  # registered still: the next reclaim tries again
     try:
