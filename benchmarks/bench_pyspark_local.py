@@ -60,6 +60,49 @@ def split_rows(directory: str) -> int:
     return n
 
 
+#: log lines that mark a Spark run's phases, in both runs' output (spark-submit's stderr, the host's log)
+MARKS = {"spark_context": "SparkContext: Running Spark version", "context_stopped": "Successfully stopped SparkContext"}
+
+
+def marks_of(lines: list[tuple[float, str]]) -> dict[str, float]:
+    """When the run's first line came and when each of :data:`MARKS` first showed, from (time, line) pairs."""
+    found = {"first_line": lines[0][0]} if lines else {}
+    for t, line in lines:
+        for key, text in MARKS.items():
+            if key not in found and text in line:
+                found[key] = t
+    return found
+
+
+def cpu_of(pid: int) -> float:
+    """Wait for a child; its CPU seconds and those of the descendants it waited for (user + system)."""
+    _pid, _status, usage = os.wait4(pid, 0)
+    return usage.ru_utime + usage.ru_stime
+
+
+def own_cpu(pid: int) -> float | None:
+    """A live process's own CPU seconds (user + system, not its children's), from /proc; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def spark_phases(start: float, m: dict[str, float], end: float) -> dict[str, float]:
+    """Seconds from ``start`` (spark-submit starts; the job's Processing status) to the first log line, to
+    SparkContext, to the app's end (SparkContext stopped) and to the end (the process's; Processing's)."""
+    return {"spark-submit start (Processing) -> first log line": m["first_line"] - start,
+            "first log line -> SparkContext": m["spark_context"] - m["first_line"],
+            "the app (SparkContext -> stopped)": m["context_stopped"] - m["spark_context"],
+            "SparkContext stopped -> process end (Processing end)": end - m["context_stopped"]}
+
+
+def median_phases(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
 def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     rows = int(sys.argv[2]) if len(sys.argv) > 2 else 200_000
@@ -75,7 +118,7 @@ def main() -> None:
     backend = LocalBackend(os.path.join(work, "jobs"))
     spark_submit = os.path.join(spark_home(), "bin", "spark-submit")
 
-    def plain() -> int:
+    def plain() -> tuple[int, dict[str, float], float]:
         out = os.path.join(work, "plain", uuid.uuid4().hex[:8])
         cmd = [spark_submit, "--master", f"local[{slots}]", "--py-files", os.path.join(SCRIPTS, "features.py")]
         for k, v in sorted(CONF.items()):
@@ -83,10 +126,16 @@ def main() -> None:
         cmd += [os.path.join(SCRIPTS, "preprocess.py"), "--input", raw, "--train-output", f"{out}/train",
                 "--validation-output", f"{out}/validation"]
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-        subprocess.run(cmd, check=True, env=env, capture_output=True)
-        return split_rows(out)
+        t0 = time.time()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        lines = [(time.time(), raw_line.decode("utf-8", "replace")) for raw_line in iter(proc.stdout.readline, b"")]
+        cpu = cpu_of(proc.pid)
+        end = time.time()
+        proc.returncode = 0  # reaped above
+        assert any("summary " in x for _t, x in lines), "\n".join(x for _t, x in lines[-30:])
+        return split_rows(out), {**spark_phases(t0, marks_of(lines), end), "total": end - t0}, cpu
 
-    def local() -> int:
+    def local() -> tuple[int, dict[str, float], float, float]:
         name = f"bench-{uuid.uuid4().hex[:8]}"
         out = f"file://{work}/local/{name}"
         plan = build_pyspark_processing(
@@ -98,33 +147,76 @@ def main() -> None:
             arguments=["--input", "/opt/ml/processing/input/raw", "--train-output", "/opt/ml/processing/output/train",
                        "--validation-output", "/opt/ml/processing/output/validation"],
             configuration=[{"Classification": "spark-defaults", "Properties": CONF}])
+        t0 = time.time()
         upload_plan(plan)
+        t_submit = time.time()
         backend.submit("processing", plan.request)
+        job = os.path.join(work, "jobs", "processing", name)
+        with open(os.path.join(job, "supervisor.pid")) as f:
+            supervisor = int(f.read().split()[0])
+        supervisor_cpu = 0.0
         while True:
+            supervisor_cpu = own_cpu(supervisor) or supervisor_cpu  # the last reading before it exits
             d = backend.describe("processing", name)
             if d["ProcessingJobStatus"] in ("Completed", "Failed", "Stopped"):
                 break
             time.sleep(0.1)
+        seen = time.time()
         assert d["ProcessingJobStatus"] == "Completed", d.get("FailureReason")
-        return split_rows(out[len("file://"):])
+        cpu = cpu_of(supervisor)
+        with open(os.path.join(job, "state.json")) as f:
+            state = json.load(f)
+        tr = {t["status"]: t for t in state["transitions"]}
+        with open(os.path.join(job, "logs", "algo-1.jsonl")) as f:
+            lines = [(x["t"], x["m"]) for x in map(json.loads, f)]
+        m = marks_of(lines)
+        proc_start, proc_end = tr["Processing"]["start"], tr["Processing"]["end"]
+        phases = {"upload app, dependencies, configuration": t_submit - t0,
+                  "submit (check, job directory, supervisor spawn)": state["created"] - t_submit,
+                  "Starting (supervisor start, hosts' network)": tr["Starting"]["end"] - state["created"],
+                  "Downloading (staging every host, runtime)": tr["Downloading"]["end"] - tr["Downloading"]["start"],
+                  **spark_phases(proc_start, m, proc_end),
+                  "Uploading (the splits)": tr["Uploading"]["end"] - tr["Uploading"]["start"],
+                  "Completed -> seen by describe": seen - tr["Uploading"]["end"], "total": seen - t0}
+        return split_rows(out[len("file://"):]), phases, cpu, supervisor_cpu
 
-    base, ours = [], []
+    load_start = os.getloadavg()
+    base, ours, base_cpu, ours_cpu, sup_cpu = [], [], [], [], []
     for _ in range(repeats):  # interleaved, so load on the machine hits both alike
-        t = time.perf_counter(); n_plain = plain(); base.append(time.perf_counter() - t)  # noqa: E702
-        t = time.perf_counter(); n_local = local(); ours.append(time.perf_counter() - t)  # noqa: E702
+        n_plain, phases, cpu = plain()
+        base.append(phases)
+        base_cpu.append(cpu)
+        n_local, phases, cpu, own = local()
+        ours.append(phases)
+        ours_cpu.append(cpu)
+        sup_cpu.append(own)
         assert n_plain == n_local == rows, (n_plain, n_local, rows)  # the same work, the same result
-    b, o = statistics.median(base), statistics.median(ours)
-    bmin, omin = min(base), min(ours)
+    load_end = os.getloadavg()
+    b, o = statistics.median(r["total"] for r in base), statistics.median(r["total"] for r in ours)
+    bmin, omin = min(r["total"] for r in base), min(r["total"] for r in ours)
+    bc, oc = statistics.median(base_cpu), statistics.median(ours_cpu)
+    pb, po = median_phases(base), median_phases(ours)
+    phase_rows = [(f"phase: {k}", f"{pb.get(k, 0.0):.2f} s -> {v:.2f} s", f"{v - pb.get(k, 0.0):+.2f} s")
+                  for k, v in po.items() if k != "total"]
     report(f"Local PySpark processing job vs plain spark-submit ({rows:,} rows, same app and master)", [
         (f"plain spark-submit --master local[{slots}] (baseline), median", f"{b:.2f} s", "1.00"),
         (f"local backend, {hosts} simulated hosts, master local[{slots}], median", f"{o:.2f} s", f"{o / b:.2f}"),
         ("baseline, fastest run", f"{bmin:.2f} s", "1.00"),
         ("local backend, fastest run", f"{omin:.2f} s", f"{omin / bmin:.2f}"),
+        ("CPU s (user+sys, the process tree), median: baseline -> local job", f"{bc:.2f} s -> {oc:.2f} s",
+         f"{oc / bc:.2f}"),
+        ("of which the job's supervisor itself (not its hosts), median", f"{statistics.median(sup_cpu):.2f} s",
+         f"{statistics.median(sup_cpu) / bc:.2f}"),
+        *phase_rows,
     ], note=f"median and fastest of {repeats}, interleaved (the fastest run is the one least disturbed by other "
-            f"load on the machine); both wrote {rows:,} rows of splits. The local job adds the "
-            "supervisor, uploading app/dependency/configuration, staging every host's copy of the input, "
-            "SPARK_CONF_DIR and event-log setup, and uploading the splits. "
-            + json.dumps({"baseline_runs": [round(x, 2) for x in base], "local_runs": [round(x, 2) for x in ours]}))
+            f"load on the machine); both wrote {rows:,} rows of splits. Phases: medians, baseline -> local job, "
+            "and the difference (the local job's fixed cost, phase by phase; the app phase is the same Spark "
+            "work on both sides). Load average (1 min) "
+            f"{load_start[0]:.1f} at the start, {load_end[0]:.1f} at the end. "
+            + json.dumps({"baseline_runs": [round(r["total"], 2) for r in base],
+                          "local_runs": [round(r["total"], 2) for r in ours],
+                          "baseline_cpu": [round(x, 2) for x in base_cpu], "local_cpu": [round(x, 2) for x in ours_cpu],
+                          "supervisor_cpu": [round(x, 2) for x in sup_cpu]}))
 
 
 if __name__ == "__main__":
