@@ -401,6 +401,12 @@ class ProcessingSupervisor(JobSupervisor):
             self.say(f"warning: Continuous upload failed, will retry: {e}")
 
     # -- running ---------------------------------------------------------------------------------
+    def keep_paths(self) -> list[str]:
+        """Also the Spark that runs the app and the Java it starts, wherever they are (a distribution unpacked
+        under /tmp would be hidden by the host's own /tmp)."""
+        homes = [(self.spark or {}).get("home"), os.environ.get("JAVA_HOME")]
+        return super().keep_paths() + [h for h in homes if h and os.path.isdir(h)]
+
     def network_isolated(self) -> bool:
         return bool((self.request.get("NetworkConfig") or {}).get("EnableNetworkIsolation"))
 
@@ -445,7 +451,7 @@ class ProcessingSupervisor(JobSupervisor):
         env = self.host_env(primary, base, n_cpus)
         env.update({"PYSPARK_PYTHON": self.runtime.python, "PYSPARK_DRIVER_PYTHON": self.runtime.python,
                     "SPARK_LOCAL_IP": primary.address, "SPARK_CONF_DIR": str(conf_dir)})
-        home = self.runtime_spark_home()
+        home = real_home = self.runtime_spark_home()
         self.say_spark_mismatch(home)
 
         conf: dict[str, str] = {}
@@ -488,7 +494,7 @@ class ProcessingSupervisor(JobSupervisor):
                            outside(o["S3Output"]["LocalPath"]).rstrip("/") == outside(events_dir).rstrip("/")), None)
         self.spark = {"events_tmp": str(events_tmp) if "spark.eventLog.dir" in conf else None,
                       "events_dir": outside(events_dir) if events_dir else None, "events_uri": events_out,
-                      "master": master}
+                      "master": master, "home": real_home}
         self.save(spark={"master": master, "command": cmd, "primary": primary.label})
         self.say(f"{primary.label} ({primary.address}) is the Spark primary (sorted(hosts)[0]); smspark-submit runs "
                  f"spark-submit there: master {master}: {why}")
