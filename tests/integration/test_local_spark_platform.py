@@ -5,8 +5,11 @@ The real Spark runs in test_local_processing.py."""
 
 from __future__ import annotations
 
+import os
 import stat
 import textwrap
+import threading
+import time
 import uuid
 
 import pytest
@@ -88,3 +91,34 @@ def test_a_spark_home_under_tmp_runs_on_namespaced_hosts(stand_in_spark, tmp_pat
     assert d["ProcessingJobStatus"] == "Completed", d.get("FailureReason")
     log = host_log(backend, name, "algo-1")
     assert "stand-in done" in log and "part-0.csv" in log, log
+
+
+def test_a_finished_event_log_is_copied_and_uploaded_once(stand_in_spark, tmp_path, monkeypatch):
+    """The event log (Continuous output) is copied into --local-spark-event-logs-dir and uploaded when it
+    changes; a finished log that no longer changes is not copied and uploaded again every sync."""
+    monkeypatch.setenv("SMDIST_LOCAL_CHECKPOINT_SYNC", "0.2")
+    backend, name, store = spark_job(tmp_path, event_logs=True, seconds=2.5)
+    uploaded = os.path.join(store[len("file://"):], "events", "local-1")
+    versions: set[tuple[int, int]] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            try:
+                st = os.stat(uploaded)
+                versions.add((st.st_ino, st.st_mtime_ns))
+            except FileNotFoundError:
+                pass
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        d = wait(backend, "processing", name, timeout=120)
+    finally:
+        done.set()
+        watcher.join()
+    assert d["ProcessingJobStatus"] == "Completed", d.get("FailureReason")
+    with open(uploaded) as f:
+        assert '"SparkListenerApplicationEnd"' in f.read()
+    assert len(versions) == 1, f"the unchanged event log was uploaded {len(versions)} times"

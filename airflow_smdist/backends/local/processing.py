@@ -260,6 +260,7 @@ class ProcessingSupervisor(JobSupervisor):
         self.uploaded: dict[str, str] = {}  # "<host>:<uri>" -> size:mtime of the file uploaded there
         self.clashes: set[str] = set()  # URIs two hosts wrote (warned about once)
         self.spark: dict | None = None  # the Spark run's event-log directories, once launched
+        self.event_copies: dict[str, tuple[int, int]] = {}  # event log copy -> size, mtime of what it copied
 
     # -- staging ---------------------------------------------------------------------------------
     def inputs(self) -> list[dict]:
@@ -372,7 +373,8 @@ class ProcessingSupervisor(JobSupervisor):
 
     def copy_event_logs(self) -> None:
         """smspark's publisher: Spark writes events to a private directory; they are copied into the
-        ``--local-spark-event-logs-dir`` (``.inprogress`` dropped) for the output to upload."""
+        ``--local-spark-event-logs-dir`` (``.inprogress`` dropped) for the output to upload, each when it
+        changed (a copy rewrites the file, and a Continuous output uploads every rewritten file again)."""
         spark = self.spark
         if not spark or not spark.get("events_tmp") or not spark.get("events_dir"):
             return
@@ -387,11 +389,16 @@ class ProcessingSupervisor(JobSupervisor):
                 if f.endswith(".crc"):
                     continue
                 target = dst / rel / f.replace(".inprogress", "")
-                target.parent.mkdir(parents=True, exist_ok=True)
                 try:
+                    st = (Path(dirpath) / f).stat()
+                    stamp = (st.st_size, st.st_mtime_ns)
+                    if self.event_copies.get(str(target)) == stamp and target.exists():
+                        continue  # unchanged since the last copy (Spark's final rename keeps both): nothing to do
+                    target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(Path(dirpath) / f, target)
                 except FileNotFoundError:  # renamed by Spark meanwhile (.inprogress -> final): next time
                     continue
+                self.event_copies[str(target)] = stamp
 
     def periodic(self) -> None:
         self.copy_event_logs()
