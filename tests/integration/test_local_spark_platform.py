@@ -93,6 +93,21 @@ def test_a_spark_home_under_tmp_runs_on_namespaced_hosts(stand_in_spark, tmp_pat
     assert "stand-in done" in log and "part-0.csv" in log, log
 
 
+def test_the_idle_hosts_of_a_spark_job_share_the_primarys_input_copy(stand_in_spark, tmp_path):
+    """Only the primary runs spark-submit (its Spark's executors read the primary's /opt/ml); a FullyReplicated
+    input is downloaded once, and the other hosts' copies are links to it: same files, no second download."""
+    backend, name, _store = spark_job(tmp_path, hosts=3)
+    d = wait(backend, "processing", name, timeout=120)
+    assert d["ProcessingJobStatus"] == "Completed", d.get("FailureReason")
+    hosts = backend.job_dir("processing", name) / "hosts"
+    for f in ("part-0.csv", "part-1.csv", "part-2.csv"):
+        copies = [hosts / h / "processing" / "input" / "raw" / f for h in ("algo-1", "algo-2", "algo-3")]
+        assert len({p.read_text() for p in copies}) == 1
+        assert len({os.stat(p).st_ino for p in copies}) == 1, f"{f} was downloaded once per host"
+    platform = host_log(backend, name, "platform")
+    assert any(m.startswith("algo-3 ") and "linked to algo-1's copy" in m for m in platform), platform
+
+
 def test_a_finished_event_log_is_copied_and_uploaded_once(stand_in_spark, tmp_path, monkeypatch):
     """The event log (Continuous output) is copied into --local-spark-event-logs-dir and uploaded when it
     changes; a finished log that no longer changes is not copied and uploaded again every sync."""

@@ -5,7 +5,9 @@ It runs the CreateProcessingJob request as SageMaker Processing would, for real,
 * every simulated host (``InstanceCount`` of them, each with its own loopback address from the job's block)
   gets a ``/opt/ml`` tree under ``hosts/algo-N``: ``config/resourceconfig.json`` and
   ``config/processingjobconfig.json``, every input at the ``/opt/ml/processing/...`` LocalPath the request
-  names (FullyReplicated: all objects; ShardedByS3Key: key i to the host of rank i % n, as for training),
+  names (FullyReplicated: all objects; ShardedByS3Key: key i to the host of rank i % n, as for training;
+  in a Spark job, whose other hosts run nothing here, their FullyReplicated copies are hard links to the
+  primary's: downloaded once),
   every output LocalPath created empty, and ``output/`` for ``/opt/ml/output/message``. Where the OS allows
   a private mount namespace the host directory is bound on ``/opt/ml``, so the container paths work
   unchanged; otherwise they are relocated into the host directory wherever the request names them
@@ -310,7 +312,9 @@ class ProcessingSupervisor(JobSupervisor):
                                     "access.")
         job_config = self.processing_job_config()
         order = cluster.names
-        for host in cluster.hosts:
+        primary = cluster.by_name(cluster.master)
+        first: dict[str, tuple[Path, list[Path]]] = {}  # input -> the primary's copy (where, files)
+        for host in [primary, *(h for h in cluster.hosts if h is not primary)]:
             hd = self.host_dir(host)
             for sub in ("config", "output", "processing"):
                 (hd / sub).mkdir(parents=True, exist_ok=True)
@@ -320,16 +324,23 @@ class ProcessingSupervisor(JobSupervisor):
             for inp in self.inputs():
                 s3 = inp["S3Input"]
                 prefix, objects = listings[inp["InputName"]]
-                if s3.get("S3DataDistributionType") == "ShardedByS3Key":
+                sharded = s3.get("S3DataDistributionType") == "ShardedByS3Key"
+                if sharded:
                     objects = shard(objects, order.index(host.name), len(order))
                 dest = safe_join(hd, container_rel(s3["LocalPath"]))
                 dest.mkdir(parents=True, exist_ok=True)
-                self.storage.download_prefix(prefix, dest, objects)
+                if host is not primary and not sharded and is_spark(self.request):
+                    link_copies(*first[inp["InputName"]], dest)  # an idle host: the primary's copy, linked
+                else:
+                    first.setdefault(inp["InputName"], (dest, self.storage.download_prefix(prefix, dest, objects)))
                 staged[inp["InputName"]] = len(objects)
             for out in self.outputs():
                 safe_join(hd, container_rel(out["S3Output"]["LocalPath"])).mkdir(parents=True, exist_ok=True)
             if staged:
-                self.say(f"{host.label} ({host.address}): " + ", ".join(f"{n}: {c} object(s)" for n, c in staged.items()))
+                links = (f" (FullyReplicated inputs linked to {primary.label}'s copy: this host runs no Spark here)"
+                         if host is not primary and is_spark(self.request) else "")
+                self.say(f"{host.label} ({host.address}): " + ", ".join(f"{n}: {c} object(s)" for n, c in staged.items())
+                         + links)
 
     # -- outputs ---------------------------------------------------------------------------------
     def upload_outputs(self, cluster: contract.Cluster, modes: tuple[str, ...]) -> dict[str, int]:
@@ -708,6 +719,18 @@ class ProcessingSupervisor(JobSupervisor):
         self.state["transitions"][-1]["end"] = time.time()
         self.save(status=status, failure_reason=reason, exit_message=self.exit_message(cluster), ended=time.time())
         return 0 if status == "Completed" else 1
+
+
+def link_copies(source: Path, files: list[Path], dest: Path) -> None:
+    """``files`` (under ``source``) at the same places under ``dest``: hard links (no second download or copy
+    of the data), or copies where the file system has none."""
+    for f in files:
+        target = dest / f.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(f, target)
+        except OSError:
+            shutil.copyfile(f, target)
 
 
 def _megabytes(value: str) -> int:
