@@ -16,13 +16,18 @@ hosts, a diverging loss), :func:`plot` draws them (metric curves per host; CPU a
 host over time), and both are written next to the job's output
 (``<S3OutputPath>/<job>/output/insight.json`` and ``insight.png``). The operator logs the reading and puts
 the key numbers and the URIs in its XCom result. Pure functions except :func:`collect` and
-:func:`job_insight`; matplotlib and boto3 are imported only when used.
+:func:`job_insight`; matplotlib and boto3 are imported only when used. A task is a fresh process that pays
+matplotlib's import every time: the operator starts it in the background while it waits for the job
+(:func:`preload_plotting`), so that after the job only the drawing is left.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import sys
+import threading
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -348,40 +353,89 @@ def utilization_panels(samples: list[dict], t0: float) -> list[Panel]:
             else ("memory per host (%)", _lines(samples, t0, "memory_percent"))]
 
 
-def plot(summary: dict[str, Any], samples: list[dict], path: str) -> str:
-    """A PNG: each metric's curve per host; then CPU, I/O and memory per host (:func:`utilization_panels`)."""
-    import matplotlib
+#: the PNG's resolution: each panel is 3 inches high
+PLOT_DPI = 72
+#: the figure's width and each panel's height (inches)
+PLOT_WIDTH, PANEL_HEIGHT = 9.0, 3.0
+#: fixed margins (inches): left of the axes (y tick labels), right, above the first axes (the figure's title
+#: and the first panel's), below the last (its x tick labels and label), between panels (tick labels, the x
+#: label, the next title). Fixed, not constrained_layout: that measures every text to place the axes and took
+#: about 40 % of the drawing; the panels all have the same shape, so the same margins fit them all.
+MARGINS = {"left": 0.9, "right": 0.25, "top": 0.8, "bottom": 0.55, "gap": 0.85}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def _figure(rows: int) -> tuple[Any, list[Any]]:
+    """A Figure on its own Agg canvas, ``rows`` axes stacked with :data:`MARGINS`. matplotlib's object API, not
+    pyplot: nothing global changes in the task's process (no backend switch, no figure registry)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    height = PANEL_HEIGHT * rows
+    fig = Figure(figsize=(PLOT_WIDTH, height))
+    FigureCanvasAgg(fig)
+    m = MARGINS
+    axes_height = (height - m["top"] - m["bottom"] - (rows - 1) * m["gap"]) / rows
+    grid = {"left": m["left"] / PLOT_WIDTH, "right": 1 - m["right"] / PLOT_WIDTH, "top": 1 - m["top"] / height,
+            "bottom": m["bottom"] / height, "hspace": m["gap"] / axes_height}
+    return fig, [row[0] for row in fig.subplots(rows, 1, squeeze=False, gridspec_kw=grid)]
+
+
+def plot(summary: dict[str, Any], samples: list[dict], path: Any) -> Any:
+    """A PNG: each metric's curve per host; then CPU, I/O and memory per host (:func:`utilization_panels`).
+    ``path``: a file name or a binary file object."""
+    wait_for_preload()
     metrics = list(summary["metrics"].items())[:MAX_PLOTTED_METRICS]
     panels = utilization_panels(samples, summary["start"])
-    rows = len(metrics) + len(panels)
-    fig, axes = plt.subplots(rows, 1, figsize=(9, 3 * rows), constrained_layout=True, squeeze=False)
-    axes = [row[0] for row in axes]
+    fig, axes = _figure(len(metrics) + len(panels))
     for ax, (metric, m) in zip(axes, metrics):
         for host, series in m["series"].items():
             ax.plot([p[0] for p in series], [p[1] for p in series], marker=".", label=host)
-        ax.set_title(f"{metric}" + (" (diverged)" if m["diverged"] else ""))
+        ax.set_title(f"{metric}" + (" (diverged)" if m["diverged"] else ""), y=1.0)
     hosts = sorted({s["host"] for s in samples})
     for ax, (title, lines) in zip(axes[len(metrics):], panels):
         for label, xs, ys, style in lines:  # one colour per host in every panel
             ax.plot(xs, ys, style, label=label, color=f"C{hosts.index(label.split(' ')[0]) % 10}")
-        ax.set_title(title)
-    fig.suptitle(f"{summary['job_name']}: {len(summary['hosts'])} host(s), {summary['duration_seconds']:.0f} s")
+        ax.set_title(title, y=1.0)
+    fig.suptitle(f"{summary['job_name']}: {len(summary['hosts'])} host(s), {summary['duration_seconds']:.0f} s",
+                 y=1 - 0.15 / fig.get_figheight(), va="top")
     for ax in axes:
         ax.set_xlim(0, max(summary["duration_seconds"], 1.0))  # one time axis for every panel
         ax.set_xlabel("seconds since start")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
-    fig.savefig(path, dpi=PLOT_DPI)
-    plt.close(fig)
+    fig.savefig(path, dpi=PLOT_DPI, format="png")
     return path
 
 
-#: the PNG's resolution: each panel is 3 inches high
-PLOT_DPI = 72
+# -- importing matplotlib while the job runs -------------------------------------------------------------
+#: the thread importing matplotlib (:func:`preload_plotting`), None when none was started
+_preload: threading.Thread | None = None
+
+
+def _import_plotting() -> None:
+    try:
+        from matplotlib import font_manager
+        from matplotlib.backends import backend_agg  # noqa: F401 - imported for plot()
+        from matplotlib import figure  # noqa: F401 - imported for plot()
+
+        font_manager.get_font(font_manager.findfont(font_manager.FontProperties()))  # the text font, loaded
+    except Exception:  # noqa: BLE001 - plot() imports it again and reports the error where it is used
+        pass
+
+
+def preload_plotting() -> None:
+    """Import matplotlib (about 0.5 CPU-s, every task: a task is a fresh process) in a background thread, so
+    that after the job :func:`plot` only draws. Called when the job has been submitted and the task waits for
+    it (idle time); :func:`plot` waits for the import to finish (Python's import lock would too)."""
+    global _preload
+    if _preload is None and "matplotlib.backends.backend_agg" not in sys.modules:
+        _preload = threading.Thread(target=_import_plotting, name="smdist-insight-import", daemon=True)
+        _preload.start()
+
+
+def wait_for_preload() -> None:
+    if _preload is not None:
+        _preload.join()
 
 
 # -- the operator's entry point --------------------------------------------------------------------------
@@ -423,9 +477,6 @@ def _epoch(value: Any) -> float | None:
 def job_insight(backend: Any, description: dict[str, Any], *, lr_scaled: bool = False,
                 storage: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Collect, summarize, draw and store one training job's insight. Returns (summary, XCom digest)."""
-    import os
-    import tempfile
-
     from airflow_smdist.storage import Storage
 
     name = description["TrainingJobName"]
@@ -436,7 +487,5 @@ def job_insight(backend: Any, description: dict[str, Any], *, lr_scaled: bool = 
     storage = storage or Storage.for_backend(backend)
     summary_uri, plot_uri = f"{base}/insight.json", f"{base}/insight.png"
     storage.write_bytes(json.dumps(summary, indent=1, default=str).encode(), summary_uri)
-    with tempfile.TemporaryDirectory(prefix="smdist-insight-") as tmp:
-        png = plot(summary, samples, os.path.join(tmp, "insight.png"))
-        storage.upload(png, plot_uri)
+    storage.write_bytes(plot(summary, samples, io.BytesIO()).getvalue(), plot_uri)
     return summary, xcom_digest(summary, summary_uri, plot_uri)

@@ -147,7 +147,26 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         self.mask_secrets()
+        self.preload_insight()  # while the job is described once more
         return super().execute_complete(context, event)
+
+    def wait_or_defer(self, name: str, method_name: str = "execute_complete",
+                      kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+        if not self.deferrable:  # a deferring task ends here: it draws nothing
+            self.preload_insight()  # while the task waits for the job
+        return super().wait_or_defer(name, method_name, kwargs)
+
+    def draws_after_job(self) -> bool:
+        """Whether the task draws a PNG with matplotlib once its job has ended (here: insight.png)."""
+        return bool(self.insight)
+
+    def preload_insight(self) -> None:
+        """matplotlib is imported in the background while the task waits (see
+        :func:`airflow_smdist.insight.preload_plotting`), so the drawing after the job only draws."""
+        if self.draws_after_job():
+            from airflow_smdist.insight import preload_plotting
+
+            preload_plotting()
 
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
         self._plan = plan = self.plan(job_name, backend_name)

@@ -120,6 +120,9 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
             if handler:
                 spec_log.removeHandler(handler)
 
+    def draws_after_job(self) -> bool:
+        return bool(self.plot)  # the objective per trial (write_results); a tuning job has no insight.png
+
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
         backend = self.get_backend()
         out = tuning_result(description, backend)

@@ -181,6 +181,63 @@ def test_insight_can_be_turned_off(tmp_path, local_root):
     assert not os.path.exists(f"{tmp_path}/out/{result['job_name']}/output/insight.json")
 
 
+#: a task in its own interpreter (as Airflow runs one): a job without insight, then one with it; prints when
+#: the background import of matplotlib ended and when the second task returned
+FRESH_TASKS = """
+import json, sys, threading, time
+from types import SimpleNamespace
+from airflow_smdist import insight
+from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+
+def run(name, script, insight_on):
+    op = SageMakerDistributedTrainingOperator(
+        task_id=name, job_name=name, entry_point=script, source_dir=sys.argv[1], image_uri=sys.argv[2],
+        output_path=sys.argv[3], poll_interval=0.3, insight=insight_on)
+    return op.execute({"ti": SimpleNamespace(dag_id="fresh", task_id=name, map_index=-1, try_number=1),
+                       "run_id": name})
+
+run(sys.argv[4] + "-off", "wait.py", False)
+without = sorted(m for m in sys.modules if m.split(".")[0] == "matplotlib")
+imported = {}
+
+def watch():
+    while insight._preload is None or insight._preload.is_alive():
+        time.sleep(0.01)
+    imported["at"] = time.time()
+
+threading.Thread(target=watch, daemon=True).start()
+result = run(sys.argv[4] + "-on", "wait.py", True)
+print(json.dumps({"without": without, "imported": imported.get("at"), "returned": time.time(),
+                  "thread": insight._preload.name, "plot_uri": result["insight"]["plot_uri"]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_task_imports_matplotlib_while_it_waits_and_only_when_it_draws(tmp_path, local_root):
+    """A task is a fresh process that pays matplotlib's import (about 0.5 CPU-s) every time: the operator
+    imports it in the background while the job runs, and not at all when it draws nothing (insight=False)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "wait.py").write_text("import time\ntime.sleep(4)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    name = f"fresh-{uuid.uuid4().hex[:8]}"
+    out = subprocess.run([sys.executable, "-c", FRESH_TASKS, str(src), IMAGE, f"file://{tmp_path}/out", name],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["without"] == []  # insight=False: the task never imported matplotlib
+    assert seen["thread"] == "smdist-insight-import"
+    state = json.loads((local_root / "training" / f"{name}-on" / "state.json").read_text())
+    ended = state["transitions"][-1]["start"]  # the job's end: Completed
+    assert state["transitions"][-1]["status"] == "Completed"
+    assert seen["imported"] is not None and seen["imported"] < ended <= seen["returned"]  # imported while waiting
+    assert seen["plot_uri"] == f"file://{tmp_path}/out/{name}-on/output/insight.png"
+    assert image_height(read_png(seen["plot_uri"])) == 3 * 3 * 72  # drawn, whole, when the task returned
+
+
 def test_sagemaker_insight_reads_cloudwatch_on_the_moto_server(moto_server, s3_bucket, caplog, capsys):
     import boto3
 
