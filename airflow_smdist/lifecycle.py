@@ -503,6 +503,9 @@ class CoalescedRounds:
         self.since: float | None = time.time() - LIST_OVERLAP_SECONDS
         self.seen: dict[str, tuple[Any, Any]] = {}
         self.fallback = False
+        #: the triggers' log reader: one FilterLogEvents call a round for every job added to it
+        self.reader = source.log_reader(lifecycle.info.name)
+        self.reading: set[str] = set()
 
     @classmethod
     def open(cls, lifecycle: JobLifecycle) -> CoalescedRounds | None:
@@ -546,21 +549,32 @@ class CoalescedRounds:
                 out.append((name, description))
         if out and self.lc.print_logs:  # the last lines may land after the status: one more read for the ended
             self.print_logs([name for name, _ in out])
+        self.forget([name for name, _ in out])
         return out
 
     def print_logs(self, names: list[str]) -> None:
-        cursors = self.lc._cursors
+        """Print the new lines of every job in ``names`` (one read for all of them)."""
+        for name in names:
+            if name not in self.reading:
+                self.reader.add(name, self.lc._cursors.get(name))
+                self.reading.add(name)
         try:
-            read = self._run(self.source.read_logs(self.lc.info.name, {n: cursors.get(n) for n in names}))
+            read = self._run(self.reader.read())
         except Exception as exc:  # noqa: BLE001 - logs are best effort; the status decides
             self.lc.log.warning("could not read the logs of %s jobs %s: %s", self.lc.info.name, ", ".join(names), exc)
             return
         for name, (events, cursor) in read.items():
-            cursors[name] = cursor
+            self.lc._cursors[name] = cursor
             for event in events:
                 line = event.format()
                 self.lc.log.info("%s", f"{name} {line}")
                 self.lc.last_lines.append(line)
+
+    def forget(self, names: list[str]) -> None:
+        for name in names:
+            if name in self.reading:
+                self.reader.remove(name)
+                self.reading.discard(name)
 
     def close(self) -> None:
         """Close the source's clients and the event loop (best effort: also on the way out of a kill)."""
