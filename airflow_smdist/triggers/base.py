@@ -64,6 +64,9 @@ LIST_SETTLE_SECONDS = 5.0
 LOG_LAG_SECONDS = 30.0
 #: most lines are visible this soon after their timestamp: each round reads from this long before the last read
 LOG_SETTLE_SECONDS = 5.0
+#: a log poller that follows a status poller reads on its own only when that one made no round for this long
+#: (its first round makes the clients; a throttled List backs off)
+LEADER_LATE_SECONDS = 30.0
 #: a tuning job's trials are training jobs "<tuning job>-<3 digits>-<8 hex>" logging to the training group
 _TRIAL_STREAM = re.compile(r"^(?P<trial>(?P<tuning>.+)-\d{3}-[0-9a-f]{8})/")
 
@@ -463,6 +466,8 @@ class CoalescedPoller:
         #: every change the service made before this time (its clock, epoch) has been read
         self.cursor: float | None = None
         self.task: asyncio.Task | None = None
+        #: called after each round (the log poller of the same jobs, which reads right after it)
+        self.after_round: list[Callable[[], None]] = []
 
     def watch(self, name: str, status: str | None = None, as_of: float | None = None) -> asyncio.Queue:
         """Watch job ``name``; ``status`` as seen at time ``as_of`` (epoch), if known, saves its first Describe."""
@@ -545,6 +550,8 @@ class CoalescedPoller:
                     for queues in list(self.watchers.values()):
                         for q in queues:
                             q.put_nowait(exc)
+                for listener in list(self.after_round):
+                    listener()
                 await asyncio.sleep(self.interval * random.uniform(0.9, 1.1))
         finally:
             self.task = None  # a watch() from here on starts a new task
@@ -583,7 +590,12 @@ class _PerJobLogReader:
 class CoalescedLogPoller:
     """Reads the new log lines of every watched job of one kind in one round per interval (one paged
     FilterLogEvents call on SageMaker). ``flush(name)`` asks for a round now and waits for it: a trigger
-    whose job ended prints the job's last lines before it yields."""
+    whose job ended prints the job's last lines before it yields.
+
+    Following the status poller of the same jobs (:meth:`follow`), a round runs right after each of its
+    List rounds rather than on a timer of its own: the round that prints the last lines of the jobs a List
+    found ended is that interval's round too, so a job ending costs no log call of its own. Its own timer
+    only runs a round when the status poller made none for :data:`LEADER_LATE_SECONDS` (and two intervals)."""
 
     def __init__(self, source, kind: str, interval: float) -> None:
         self.source = source
@@ -595,6 +607,15 @@ class CoalescedLogPoller:
         self.round_done: asyncio.Future | None = None
         log_reader = getattr(source, "log_reader", None)
         self.reader = log_reader(kind) if log_reader is not None else _PerJobLogReader(source, kind)
+        self.leader: CoalescedPoller | None = None
+
+    def follow(self, poller: CoalescedPoller) -> None:
+        """Run a round right after each of ``poller``'s rounds (instead of on this poller's own timer)."""
+        if self.leader is not poller:
+            if self.leader is not None:
+                self.leader.after_round.remove(self.wake.set)
+            self.leader = poller
+            poller.after_round.append(self.wake.set)
 
     def watch(self, name: str, cursor: Any, sink: Callable[[list[LogEvent], Any], None]) -> None:
         # the watcher's context: Airflow's triggerer routes a log line to a trigger's log file by the
@@ -639,9 +660,21 @@ class CoalescedLogPoller:
             except Exception:  # noqa: BLE001,S110 - one trigger's logging must not stop the others' lines
                 pass
 
+    async def _wait(self) -> None:
+        """Until the leader's next round ends, a flush, or this poller's own timer."""
+        if self.leader is not None:
+            timeout = max(2 * self.interval, LEADER_LATE_SECONDS)
+        else:
+            timeout = self.interval * random.uniform(0.9, 1.1)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), timeout)
+
     async def _run(self) -> None:
         try:
+            if self.leader is not None and self.round_done is None:
+                await self._wait()  # the first round follows the status poller's first round
             while self.watchers:
+                self.wake.clear()  # a leader's round or a flush from here on asks for the next round
                 done, self.round_done = self.round_done, None
                 try:
                     await self.round()
@@ -649,11 +682,9 @@ class CoalescedLogPoller:
                     pass
                 if done is not None and not done.done():
                     done.set_result(None)
-                self.wake.clear()
                 if self.round_done is not None:  # a flush came in during the round: go again now
                     continue
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), self.interval * random.uniform(0.9, 1.1))
+                await self._wait()
         finally:
             self.task = None
             if self.round_done is not None and not self.round_done.done():
@@ -761,8 +792,10 @@ class SmdistJobTrigger(BaseTrigger):
 
             def make():
                 return LocalStatusSource(backend)
-        return (poller_for(key, self.kind, self.poll_interval, make),
-                log_poller_for(key, self.kind, self.poll_interval, make))
+        status = poller_for(key, self.kind, self.poll_interval, make)
+        logs = log_poller_for(key, self.kind, self.poll_interval, make)
+        logs.follow(status)
+        return status, logs
 
     def mask_secrets(self, description: dict[str, Any]) -> None:
         """Register the secret hyperparameters' values (read from the job's description) with this

@@ -597,3 +597,59 @@ def test_a_job_joining_the_shared_log_cursor_with_a_later_saved_cursor_gets_no_l
 
     got = asyncio.run(scenario())
     assert got == {a: ["a line"], b: ["b new line"]}
+
+
+def test_a_job_ending_costs_no_log_call_of_its_own_the_log_round_follows_each_list(moto_server, tmp_path, monkeypatch):
+    """Jobs ending in different intervals: the round that logs an ended job's last lines (before its trigger
+    yields) is the round that follows that interval's List, not one more FilterLogEvents call. The moto
+    server's own record of the calls it answered: every FilterLogEvents follows a List, never another one."""
+    from moto.core.responses import BaseResponse
+    from moto_server import seed_log_stream, set_training_job_status
+
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
+    backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
+    run = uuid.uuid4().hex[:6]
+    names = [f"ends-{run}-{i}" for i in range(5)]
+    created = time.time() - 5
+    group = "/aws/sagemaker/TrainingJobs"
+    for n in names:
+        backend.submit("training", request(n))
+        seed_log_stream(moto_server, group, f"{n}/algo-1-1700000000", [(int(time.time() * 1000), f"{n} first")])
+    triggers = {n: _moto_trigger(n, created, 0.4) for n in names}
+    logs: dict[str, list[str]] = {n: [] for n in names}
+    for n, t in triggers.items():
+        _capture(t, logs[n])
+    answered: list[str] = []
+    answered_at: list = []
+    original = BaseResponse.call_action
+
+    def record(self):
+        action = self._get_action()
+        if action in ("ListTrainingJobs", "FilterLogEvents"):
+            answered.append(action)
+            answered_at.append((action, round(time.monotonic() % 1000, 3)))
+        return original(self)
+
+    monkeypatch.setattr(BaseResponse, "call_action", record)
+
+    async def scenario():
+        async def first_event(t):
+            async for event in t.run():
+                return event
+
+        tasks = {n: asyncio.ensure_future(first_event(t)) for n, t in triggers.items()}
+        for n in names:  # one job ends every 2.5 intervals or so, after its last line
+            await asyncio.sleep(1.0)
+            seed_log_stream(moto_server, group, f"{n}/algo-1-1700000000", [(int(time.time() * 1000), f"{n} last")])
+            set_training_job_status(n, "Completed")
+        return {n: await asyncio.wait_for(task, 30) for n, task in tasks.items()}
+
+    events = asyncio.run(scenario())
+    assert {e.payload["status"] for e in events.values()} == {"success"}
+    for n in names:  # every job's last line is in its task's log before its trigger yields
+        assert [m for m in logs[n] if m.startswith("[algo-1]")] == [f"[algo-1] {n} first", f"[algo-1] {n} last"]
+    pairs = list(zip(answered, answered[1:]))
+    assert ("FilterLogEvents", "FilterLogEvents") not in pairs, answered_at
+    assert answered.count("FilterLogEvents") <= answered.count("ListTrainingJobs"), answered
