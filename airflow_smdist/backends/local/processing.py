@@ -57,7 +57,6 @@ from airflow_smdist.backends.local import (
 from airflow_smdist.backends.local.store import write_json_atomic
 from airflow_smdist.backends.local.supervisor import JobSupervisor, error_excerpt, fit_failure_reason, shard
 from airflow_smdist.specs.errors import SpecError
-from airflow_smdist.specs.processing import is_python_command
 from airflow_smdist.storage import safe_join
 
 OPERATION = "CreateProcessingJob"
@@ -246,6 +245,8 @@ def check_request(request: dict) -> None:
                             "smspark-submit runs on a local Spark, which needs Java (17 or 21), and there is none "
                             "on PATH or in JAVA_HOME.", "install a JDK (e.g. apt-get install openjdk-17-jre-headless).")
         return
+    from airflow_smdist.specs.processing import is_python_command  # the request specs: not a supervisor's
+
     head = entry[0]
     if not (is_python_command(head) or head.startswith(OPT_ML + "/") or shutil.which(head)):
         raise SpecError("AppSpecification.ContainerEntrypoint[0]",
@@ -435,6 +436,8 @@ class ProcessingSupervisor(JobSupervisor):
         return env
 
     def command(self, entry: list[str], base: str) -> list[str]:
+        from airflow_smdist.specs.processing import is_python_command
+
         cmd = [relocate(t, base) for t in entry]
         if cmd and is_python_command(cmd[0]):
             cmd[0] = self.runtime.python
