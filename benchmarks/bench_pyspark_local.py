@@ -3,10 +3,16 @@
 The app: dags/scripts/pyspark/preprocess.py (+ features.py as --py-files) over a generated churn CSV
 (default 200,000 rows in 4 objects), writing train / validation splits. Local backend: a PySparkProcessor
 request on ``instance_count`` simulated hosts (default 2): code and configuration uploaded, the job
-directory and both hosts' /opt/ml trees staged (every host downloads the FullyReplicated input), spark-submit
-on the primary with master local[hosts x cores per host], the splits uploaded at the end. Baseline: the
-pyspark package's ``spark-submit`` with the same master, --py-files and --conf, reading the CSV where it
-lies and writing the splits straight to their destination.
+directory and every host's /opt/ml tree staged (the primary downloads the FullyReplicated input, the idle
+hosts link to its copy), spark-submit on the primary with master local[hosts x cores per host], the splits
+uploaded at the end. Baseline: the pyspark package's ``spark-submit`` with the same master, --py-files and
+--conf, reading the CSV where it lies and writing the splits straight to their destination.
+
+Besides the totals it reports CPU (user + system of each process tree, and of the job's supervisor alone)
+and the local job's fixed cost phase by phase: the job's state.json transitions, and the Spark marks (first
+log line, SparkContext started, SparkContext stopped) in the host's log and in spark-submit's own output,
+each side from its own start. On a shared machine the app phases swing with the load; the CPU ratio and the
+platform's phases (submit, Starting, Downloading, Uploading) are the steady measures.
 
 Usage: python benchmarks/bench_pyspark_local.py [repeats] [rows] [instance_count]
 """
