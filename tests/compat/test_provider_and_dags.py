@@ -236,15 +236,18 @@ def test_one_dag_runs_end_to_end_on_the_sagemaker_backend_against_moto(tmp_path)
         migrate = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300,
                                  check=False)
         assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-        run = subprocess.run([airflow, "dags", "test", "e2e_sagemaker_on_moto"], env=env, capture_output=True,
-                             text=True, timeout=600, check=False)
-        log = run.stdout + run.stderr
-        assert run.returncode == 0 and "state=success" in log, log[-6000:]
         import boto3
 
         sm = boto3.client("sagemaker", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
                           aws_secret_access_key="testing")
-        jobs = sm.list_training_jobs()["TrainingJobSummaries"]
+        # moto's state is the process's: another test's moto server in this pytest process left its jobs there
+        earlier = {j["TrainingJobName"] for j in sm.list_training_jobs(MaxResults=100)["TrainingJobSummaries"]}
+        run = subprocess.run([airflow, "dags", "test", "e2e_sagemaker_on_moto"], env=env, capture_output=True,
+                             text=True, timeout=600, check=False)
+        log = run.stdout + run.stderr
+        assert run.returncode == 0 and "state=success" in log, log[-6000:]
+        jobs = [j for j in sm.list_training_jobs(MaxResults=100)["TrainingJobSummaries"]
+                if j["TrainingJobName"] not in earlier]
         assert len(jobs) == 1 and jobs[0]["TrainingJobName"].startswith("smdist-train-")
         described = sm.describe_training_job(TrainingJobName=jobs[0]["TrainingJobName"])
         assert described["ResourceConfig"]["InstanceCount"] == 2
