@@ -137,7 +137,8 @@ def child(variant: str, n: int, interval: float, intervals: int) -> dict:
                 return sum(calls.values()) >= n
             from airflow_smdist.triggers import base
 
-            status = [p for p in base._POLLERS.values() if isinstance(p, base.CoalescedPoller)]
+            status = [p for pollers in list(base._POLLERS.values()) for p in pollers.values()
+                      if isinstance(p, base.CoalescedPoller)]
             return (calls["FilterLogEvents"] >= 2 and sum(len(p.watchers) for p in status) == n
                     and not any(p.as_of for p in status if hasattr(p, "cursor")))  # first sight done (List)
 

@@ -38,6 +38,7 @@ import os
 import random
 import re
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -692,20 +693,23 @@ class CoalescedLogPoller:
             await self.source.close()
 
 
-_POLLERS: dict[tuple, Any] = {}
-_SOURCES: dict[tuple, Any] = {}
+#: per event loop (weakly: a loop that is gone takes its pollers with it, and a new loop never meets a dead
+#: one's pollers, as it could when they were keyed by ``id(loop)``, which CPython reuses), by key
+_POLLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, Any]] = weakref.WeakKeyDictionary()
+_SOURCES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, Any]] = weakref.WeakKeyDictionary()
 
 
 def _shared(key: tuple, cls, kind: str, interval: float, make_source):
-    loop_id = id(asyncio.get_running_loop())
-    source_key = (loop_id, *key)
-    source = _SOURCES.get(source_key)
+    loop = asyncio.get_running_loop()
+    sources = _SOURCES.setdefault(loop, {})
+    source = sources.get(key)
     if source is None:
-        source = _SOURCES[source_key] = make_source()
-    loop_key = (loop_id, cls.__name__, *key, kind, float(interval))
-    poller = _POLLERS.get(loop_key)
+        source = sources[key] = make_source()
+    pollers = _POLLERS.setdefault(loop, {})
+    poller_key = (cls.__name__, *key, kind, float(interval))
+    poller = pollers.get(poller_key)
     if poller is None:
-        poller = _POLLERS[loop_key] = cls(source, kind, interval)
+        poller = pollers[poller_key] = cls(source, kind, interval)
     return poller
 
 

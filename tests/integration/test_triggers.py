@@ -149,7 +149,7 @@ def test_deferred_jobs_cost_one_describe_per_lifetime_with_logs_coalesced_on_mot
                                 [(now_ms + 1000 + i, f"{n} host {host} line {3 + i}") for i in range(2)])
             set_training_job_status(n, "Completed")
         events = {n: await asyncio.wait_for(task, 30) for n, task in tasks.items()}
-        sources = [s for k, s in trigger_base._SOURCES.items() if k[0] == id(asyncio.get_running_loop())]
+        sources = list(trigger_base._SOURCES[asyncio.get_running_loop()].values())
         return events, sources[0].calls
 
     events, calls = asyncio.run(scenario())
@@ -653,3 +653,21 @@ def test_a_job_ending_costs_no_log_call_of_its_own_the_log_round_follows_each_li
     pairs = list(zip(answered, answered[1:]))
     assert ("FilterLogEvents", "FilterLogEvents") not in pairs, answered_at
     assert answered.count("FilterLogEvents") <= answered.count("ListTrainingJobs"), answered
+
+
+def test_a_new_event_loop_never_gets_the_pollers_of_one_that_is_gone():
+    """Pollers are shared per event loop; keyed by id(loop), a new loop at a dead one's address (CPython reuses
+    it) got the dead loop's pollers, their events bound to that loop (a test failed in the full suite when its
+    log poller ran on its own timer)."""
+    import gc
+
+    from airflow_smdist.triggers import base as trigger_base
+
+    async def get():
+        return trigger_base.poller_for(("test-reuse",), "training", 1.0, lambda: object())
+
+    seen = []
+    for _ in range(30):
+        seen.append(asyncio.run(get()))
+        gc.collect()
+    assert all(a is not b for i, a in enumerate(seen) for b in seen[i + 1:])
