@@ -351,6 +351,10 @@ class JobLifecycle:
         except BackendError as exc:  # logs are best effort; the status decides
             self.log.warning("could not read the logs of %s job %s: %s", self.info.name, name, exc)
             return
+        self.print_events(name, events, label=label)
+
+    def print_events(self, name: str, events: Iterable[LogEvent], *, label: bool = False) -> None:
+        """Log a job's lines (each behind the job's name when ``label``) and keep them for its error."""
         for event in events:
             line = event.format()
             self.log.info("%s", f"{name} {line}" if label else line)
@@ -539,11 +543,12 @@ class CoalescedRounds:
         out = []
         for name in list(names):
             summary = summaries.get(name)
-            if summary is None or self.seen.get(name) == (info.status(summary), summary.get("SecondaryStatus")):
+            state = (info.status(summary), summary.get("SecondaryStatus")) if summary is not None else None
+            if state is None or self.seen.get(name) == state:
                 continue
-            self.seen[name] = (info.status(summary), summary.get("SecondaryStatus"))
+            self.seen[name] = state
             self.lc._report(name, summary)
-            if info.status(summary) in TERMINAL_STATES:
+            if state[0] in TERMINAL_STATES:
                 description = self.lc.describe(name)
                 self.lc._report(name, description)
                 out.append((name, description))
@@ -565,10 +570,7 @@ class CoalescedRounds:
             return
         for name, (events, cursor) in read.items():
             self.lc._cursors[name] = cursor
-            for event in events:
-                line = event.format()
-                self.lc.log.info("%s", f"{name} {line}")
-                self.lc.last_lines.append(line)
+            self.lc.print_events(name, events, label=True)
 
     def forget(self, names: list[str]) -> None:
         for name in names:
