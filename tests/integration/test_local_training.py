@@ -306,3 +306,26 @@ def test_source_archive_with_traversal_is_rejected(backend, tmp_path, data):
     assert d["TrainingJobStatus"] == "Failed"
     assert "outside the destination" in d["FailureReason"] or "evil.py" in d["FailureReason"]
     assert not list(backend.job_dir("training", name).rglob("evil.py"))
+
+
+def test_example_ddp_script_retried_after_its_last_checkpoint_still_saves_its_model(backend, tmp_path, data):
+    """A retry of a growing-batch stage restores the checkpoint its failed try wrote at the stage's last epoch
+    (SageMaker copies checkpoint_s3_uri back at start): the example script has no epoch left to train and
+    must still save the model, as on SageMaker, not fail the retry on an unset loss."""
+    pytest.importorskip("torch")
+    common = dict(source=os.path.join(REPO, "dags", "scripts", "torch_ddp"), entry="train.py",
+                  hps={"epochs": 1, "batch_size": 8}, distribution={"torch_distributed": {"enabled": True}},
+                  inputs={"train": {"s3_uri": f"file://{data}/train", "distribution": "ShardedByS3Key"}},
+                  checkpoint_s3_uri=f"file://{tmp_path}/ckpt")
+    losses = []
+    for attempt in ("first", "retry"):
+        name = unique(attempt)
+        submit(backend, tmp_path, name=name, **common)
+        d = wait(backend, "training", name)
+        assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+        files = model_files(d["ModelArtifacts"]["S3ModelArtifacts"], tmp_path)
+        assert "model.pt" in files
+        losses.append(json.loads(files["training.json"])["final_train_loss"])
+    events, _ = backend.log_events("training", name)
+    assert any("resumed from checkpoint at epoch 1" in e.message for e in events)
+    assert losses[1] == losses[0]  # the retry reports the loss its checkpoint recorded

@@ -59,13 +59,15 @@ def main():
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(x.shape[1], 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(device))
     opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=0.9)
-    start_epoch = 0
+    start_epoch, mean = 0, None
     ckpt = os.path.join(CHECKPOINT_DIR, "checkpoint.pt")
     if os.path.exists(ckpt):  # resume: SageMaker copied the checkpoint S3 URI here at start
         state = torch.load(ckpt, map_location=device)
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
-        start_epoch = state["epoch"] + 1
+        start_epoch, mean = state["epoch"] + 1, state.get("train_loss")
+        # a retry after the last epoch's checkpoint (the failed try got that far) has nothing left to train,
+        # and still saves the model below
         print(f"resumed from checkpoint at epoch {start_epoch}", flush=True)
 
     warmup_steps = int(args.warmup_epochs * steps)
@@ -95,7 +97,8 @@ def main():
         if rank == 0:
             print(f"epoch={epoch} lr={lr:.5f} train_loss={mean:.6f} samples_per_sec={samples_per_sec:.1f}", flush=True)
             os.makedirs(CHECKPOINT_DIR, exist_ok=True)
-            torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch}, ckpt)
+            torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
+                        "train_loss": mean}, ckpt)
         dist.barrier()
 
     if rank == 0:
