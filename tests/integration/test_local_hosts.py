@@ -303,10 +303,11 @@ def off_loopback():
 @needs_namespaces
 @pytest.mark.skipif(hostnet.nat_unavailable() is not None, reason=f"no NAT here: {hostnet.nat_unavailable()}")
 @pytest.mark.parametrize("isolated", [False, True])
+@pytest.mark.parametrize("hosts", [2, 1])  # a one-host job has no bridge: its host link is its one link
 def test_hosts_reach_the_workers_network_through_nat_unless_network_isolated(backend, tmp_path, data, off_loopback,
-                                                                              isolated):
+                                                                              isolated, hosts):
     urls = [off_loopback["local"], off_loopback["remote"]]
-    name = submit(backend, tmp_path, data, "reach.py", instance_count=2, hps={"urls": ",".join(urls)},
+    name = submit(backend, tmp_path, data, "reach.py", instance_count=hosts, hps={"urls": ",".join(urls)},
                   enable_network_isolation=isolated)
     d = wait(backend, name)
     assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
@@ -316,13 +317,13 @@ def test_hosts_reach_the_workers_network_through_nat_unless_network_isolated(bac
             for e in events if e.message.startswith(("reached ", "unreachable "))}
     state = json.loads((backend.job_dir("training", name) / "state.json").read_text())
     if isolated:
-        assert len(seen) == 4 and all(m.startswith("unreachable") for m in seen.values()), seen
+        assert len(seen) == 2 * hosts and all(m.startswith("unreachable") for m in seen.values()), seen
         assert state["network"]["gateway"] is None
         assert any("reach nothing outside the job" in e.message for e in events if e.host == "platform")
     else:
         gateway = state["network"]["gateway"]
         assert gateway.endswith(".254")
-        for host in ("algo-1", "algo-2"):
+        for host in [f"algo-{n}" for n in range(1, hosts + 1)]:
             address = f"{state['network']['subnet'].rsplit('.', 1)[0]}.{host[-1]}"
             # this machine's own address: reached through the gateway, from the host's own address
             assert seen[(host, urls[0])] == f"reached {address}", seen

@@ -241,10 +241,11 @@ def _match(key: dict, value: object, op: str = "==") -> dict:
     return {"match": {"op": op, "left": key, "right": value}}
 
 
-def nat_ruleset(bridge: str, subnet: ipaddress.IPv4Network) -> list[dict]:
-    """The job's table, made anew: masquerade what leaves the job for anywhere but its bridge; forward into
-    the job only replies; never from the job to another job's bridge."""
+def nat_ruleset(bridge: str, subnet: ipaddress.IPv4Network, link: str | None = None) -> list[dict]:
+    """The job's table, made anew: masquerade what leaves the job for anywhere but its link (its bridge, or a
+    one-host job's host link); forward into the job only replies; never from the job to another job's links."""
     table = {"family": "ip", "table": nat_table(bridge)}
+    link = link or bridge
     oif = {"meta": {"key": "oifname"}}
     saddr, daddr = ({"payload": {"protocol": "ip", "field": f}} for f in ("saddr", "daddr"))
     job = {"prefix": {"addr": str(subnet.network_address), "len": subnet.prefixlen}}
@@ -253,9 +254,9 @@ def nat_ruleset(bridge: str, subnet: ipaddress.IPv4Network) -> list[dict]:
     rules = [
         ("forward", [_match(saddr, job), _match(daddr, job), {"accept": None}]),
         ("forward", [_match(saddr, job), _match(oif, "smdb*"), {"drop": None}]),  # to another job's hosts
-        ("forward", [_match(oif, bridge), _match({"ct": {"key": "state"}}, ["established", "related"], "in"),
+        ("forward", [_match(oif, link), _match({"ct": {"key": "state"}}, ["established", "related"], "in"),
                      {"accept": None}]),
-        ("forward", [_match(oif, bridge), {"drop": None}]),  # nothing opens a connection into the job
+        ("forward", [_match(oif, link), {"drop": None}]),  # nothing opens a connection into the job
         ("postrouting", [_match(saddr, job), _match(daddr, job, "!="), {"masquerade": None}]),
     ]
     return [
@@ -324,18 +325,22 @@ def _registered() -> dict[str, dict]:
 class JobNetwork:
     """The bridge of one job, its hosts' links and, unless isolated, its gateway and NAT."""
 
-    def __init__(self, job_dir: str, subnet: ipaddress.IPv4Network) -> None:
+    def __init__(self, job_dir: str, subnet: ipaddress.IPv4Network, *, hosts: int = 2) -> None:
         self.bridge = bridge_name(job_dir)
         self.subnet = subnet
+        #: a one-host job has no bridge: its host's link outside its namespace is the job's one link (the
+        #: gateway's address on it); a bridge costs ~45 ms of kernel time to delete before the job may end
+        self.single = hosts == 1
         self.listeners: list[socket.socket] = []
         self.gateway: str | None = None  # <subnet>.254 once the job has NAT
         self.forwarding_enabled = False  # this job turned net.ipv4.ip_forward on
 
     @classmethod
-    def allocate(cls, job_dir: str, seed: int, *, nat: bool) -> tuple[JobNetwork, str | None]:
-        """Reclaim dead jobs' bridges, pick this job's subnet and make its bridge, all under one machine-wide
-        lock (two jobs with NAT must not get one subnet: the machine would route both to one bridge). With
-        ``nat``, also the gateway and the NAT; returns why not where it cannot be had (else None)."""
+    def allocate(cls, job_dir: str, seed: int, *, nat: bool, hosts: int = 2) -> tuple[JobNetwork, str | None]:
+        """Reclaim dead jobs' bridges, pick this job's subnet and make its bridge (a job of ``hosts`` > 1), all
+        under one machine-wide lock (two jobs with NAT must not get one subnet: the machine would route both
+        to one bridge). With ``nat``, also the gateway and the NAT; returns why not where it cannot be had
+        (else None)."""
         import psutil
 
         from airflow_smdist.backends.local.store import locked
@@ -344,7 +349,7 @@ class JobNetwork:
             reclaim()
             taken = tuple(ipaddress.IPv4Network(e["subnet"]) for e in _registered().values()
                           if e.get("nat") and e.get("subnet"))
-            net = cls(job_dir, pick_subnet(seed=seed, taken=taken))
+            net = cls(job_dir, pick_subnet(seed=seed, taken=taken), hosts=hosts)
             why = nat_unavailable() if nat else None
             me = psutil.Process()
             REGISTRY.mkdir(parents=True, exist_ok=True)
@@ -361,7 +366,18 @@ class JobNetwork:
     def address(self, n: int) -> str:
         return str(self.subnet.network_address + n)
 
+    def outside(self, n: int) -> str:
+        """The name of host ``n``'s link outside its namespace: smdb + 6 hex + v + N, at most 14 characters."""
+        return f"{host_link_prefix(self.bridge)}{n}"
+
+    @property
+    def link(self) -> str:
+        """The job's link on this machine's side: its bridge, or a one-host job's host link."""
+        return self.outside(1) if self.single else self.bridge
+
     def create(self) -> None:
+        if self.single:
+            return
         make = [f"link add name {self.bridge} type bridge", f"link set {self.bridge} up"]
         try:
             ip(batch=make)
@@ -373,10 +389,11 @@ class JobNetwork:
         """The gateway on the bridge and the job's table: the table first, so the subnet is never routable
         here without its rules. Undone if any step fails (the caller falls back to forwarders only)."""
         try:
-            _nft(nat_ruleset(self.bridge, self.subnet))
+            _nft(nat_ruleset(self.bridge, self.subnet, self.link))
             self.forwarding_enabled = enable_forwarding()
             gateway = self.address(GATEWAY)
-            ip("addr", "add", f"{gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
+            if not self.single:  # a one-host job's link gets the gateway's address once it is made (plug)
+                ip("addr", "add", f"{gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
         except OSError as e:
             with contextlib.suppress(OSError):
                 delete_nat(self.bridge)
@@ -386,9 +403,14 @@ class JobNetwork:
     def plug(self, n: int, pid: int) -> None:
         """Give the host whose network namespace ``pid`` is in its ``eth0`` on the bridge, and ``lo``; and a
         default route via the job's gateway where it has one."""
-        outside = f"{host_link_prefix(self.bridge)}{n}"  # smdb + 6 hex + v + N: at most 14 characters
-        ip(batch=[f"link add name {outside} type veth peer name eth0 netns {pid}",
-                  f"link set {outside} master {self.bridge} up"])
+        outside = self.outside(n)
+        if self.single:
+            gateway = [f"addr add {self.gateway}/{self.subnet.prefixlen} dev {outside}"] if self.gateway else []
+            ip(batch=[f"link add name {outside} type veth peer name eth0 netns {pid}", f"link set {outside} up",
+                      *gateway])
+        else:
+            ip(batch=[f"link add name {outside} type veth peer name eth0 netns {pid}",
+                      f"link set {outside} master {self.bridge} up"])
         host = [f"addr add {self.address(n)}/{self.subnet.prefixlen} dev eth0", "link set eth0 up", "link set lo up"]
         if self.gateway:
             host.append(f"route add default via {self.gateway} dev eth0")

@@ -298,15 +298,17 @@ class JobSupervisor:
         that say what a simulated host is (and, in the fallback, how it differs from an instance)."""
         subnet = None
         if self.isolation == "namespace":
+            hosts = len(contract.make_cluster(resource_config, tuple(self.state["block"])).hosts)
             self.net, no_nat = hostnet.JobNetwork.allocate(str(self.dir), self.state["block"][1],
-                                                           nat=not self.network_isolated())
+                                                           nat=not self.network_isolated(), hosts=hosts)
             subnet = str(self.net.subnet.network_address)
         cluster = contract.make_cluster(resource_config, tuple(self.state["block"]), subnet)
         if self.net is not None:
             (self.dir / "etc-hosts").write_text(contract.etc_hosts(cluster))
             self.save(network={"bridge": self.net.bridge, "subnet": str(self.net.subnet),
                                "gateway": self.net.gateway})
-            self.say(f"hosts are namespaced containers: own hostname algo-N, network (eth0 on bridge {self.net.bridge}, "
+            link = f"veth {self.net.link}" if self.net.single else f"bridge {self.net.bridge}"
+            self.say(f"hosts are namespaced containers: own hostname algo-N, network (eth0 on {link}, "
                      f"{self.net.subnet}), /tmp, /opt/ml and process tree; they reach {self.reach(no_nat)}")
         else:
             for line in launcher.FALLBACK_DIFFERENCES:
