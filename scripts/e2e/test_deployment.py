@@ -131,32 +131,34 @@ def test_every_run_succeeds(observed: Observed, api: Api):
     failed = {}
     for label, run in observed.final.items():
         if run["state"] != "success":
-            dag_id, run_id = observed.runs[label]
             failed[label] = [(t["task_id"], t["map_index"], t["state"], t["try_number"])
                              for t in observed.tis[label] if t["state"] != "success"]
             for t in observed.tis[label]:
                 if t["state"] == "failed":  # every try's reason, in the test's output (a retry may fail otherwise)
-                    for n in range(1, t["try_number"] + 1):
-                        print(f"--- {label} {t['task_id']}[{t['map_index']}] try {n}:")
-                        print("\n".join(failure_lines(api.log(dag_id, run_id, t["task_id"], n, t["map_index"]))))
+                    print_tries(api, observed, label, t["task_id"], t["map_index"], range(1, t["try_number"] + 1))
     assert failed == {}, "task logs are kept in artifacts/e2e/task-logs/"
 
 
 def failure_lines(log: list[str]) -> list[str]:
     """What tells why a try failed: its failure reason and error lines (the first 30), then its last 15 lines."""
-    marks = ("Failed:", "FailureReason", "ErrorMessage", "Error", "Traceback", "ExitCode")
+    marks = ("Failed:", "FailureReason", "Error", "Traceback", "ExitCode")
     reasons = [line for line in log if any(m in line for m in marks)][:30]
     return reasons + ["..."] + log[-15:]
+
+
+def print_tries(api: Api, obs: Observed, label: str, task_id: str, map_index: int, tries: range) -> None:
+    """Why each of these tries of a task of run ``label`` failed, in the test's output."""
+    dag_id, run_id = obs.runs[label]
+    for n in tries:
+        print(f"--- {label} {task_id}[{map_index}] try {n}:")
+        print("\n".join(failure_lines(api.log(dag_id, run_id, task_id, n, map_index))))
 
 
 def test_many_jobs_runs_tasks_in_parallel_and_none_needs_a_retry(observed: Observed, api: Api):
     tis = [t for t in observed.tis["C"] if t["start_date"] and t["end_date"]]
     retried = [(t["task_id"], t["map_index"], t["try_number"]) for t in tis if t["try_number"] != 1]
-    dag_id, run_id = observed.runs["C"]
-    for task_id, map_index, tries in retried:  # why the first tries failed, in the test's output
-        for n in range(1, tries):
-            print(f"--- C {task_id}[{map_index}] try {n}:")
-            print("\n".join(failure_lines(api.log(dag_id, run_id, task_id, n, map_index))))
+    for task_id, map_index, tries in retried:  # why the first tries failed
+        print_tries(api, observed, "C", task_id, map_index, range(1, tries))
     assert retried == [], "a task of smdist_many_jobs failed a try (e.g. two jobs racing for a port)"
     spans = sorted((t["start_date"], t["end_date"], t["task_id"], t["map_index"]) for t in tis)
     overlapping = [(a[2:], b[2:]) for i, a in enumerate(spans) for b in spans[i + 1:] if b[0] < a[1]]

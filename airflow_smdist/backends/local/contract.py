@@ -95,6 +95,12 @@ def make_cluster(resource_config: dict, block: tuple[int, int], subnet: str | No
     return Cluster(hosts, groups, is_hetero=len(groups) > 1, interface="eth0" if subnet else "lo")
 
 
+def host_count(resource_config: dict) -> int:
+    """How many hosts a ResourceConfig asks for: its instance groups' counts, or its InstanceCount."""
+    return (sum(int(g["InstanceCount"]) for g in resource_config.get("InstanceGroups") or [])
+            or int(resource_config.get("InstanceCount", 1)))
+
+
 def check_instance_count(count: int, field_name: str) -> None:
     """Refuse, before the job starts, more hosts than the local backend can address."""
     if count > MAX_HOSTS:

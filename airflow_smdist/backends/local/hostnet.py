@@ -323,7 +323,7 @@ def _registered() -> dict[str, dict]:
 
 
 class JobNetwork:
-    """The bridge of one job, its hosts' links and, unless isolated, its gateway and NAT."""
+    """The bridge of one job (none for one host), its hosts' links and, unless isolated, its gateway and NAT."""
 
     def __init__(self, job_dir: str, subnet: ipaddress.IPv4Network, *, hosts: int = 2) -> None:
         self.bridge = bridge_name(job_dir)
@@ -386,7 +386,7 @@ class JobNetwork:
             ip(batch=make)
 
     def add_nat(self) -> None:
-        """The gateway on the bridge and the job's table: the table first, so the subnet is never routable
+        """The gateway on the job's link and the job's table: the table first, so the subnet is never routable
         here without its rules. Undone if any step fails (the caller falls back to forwarders only)."""
         try:
             _nft(nat_ruleset(self.bridge, self.subnet, self.link))
@@ -401,16 +401,15 @@ class JobNetwork:
         self.gateway = gateway
 
     def plug(self, n: int, pid: int) -> None:
-        """Give the host whose network namespace ``pid`` is in its ``eth0`` on the bridge, and ``lo``; and a
+        """Give the host whose network namespace ``pid`` is in its ``eth0`` on the job's link, and ``lo``; and a
         default route via the job's gateway where it has one."""
         outside = self.outside(n)
-        if self.single:
+        if not self.single:
+            attach = [f"link set {outside} master {self.bridge} up"]
+        else:  # the job's one link: up, with the gateway's address where the job has one
             gateway = [f"addr add {self.gateway}/{self.subnet.prefixlen} dev {outside}"] if self.gateway else []
-            ip(batch=[f"link add name {outside} type veth peer name eth0 netns {pid}", f"link set {outside} up",
-                      *gateway])
-        else:
-            ip(batch=[f"link add name {outside} type veth peer name eth0 netns {pid}",
-                      f"link set {outside} master {self.bridge} up"])
+            attach = [f"link set {outside} up", *gateway]
+        ip(batch=[f"link add name {outside} type veth peer name eth0 netns {pid}", *attach])
         host = [f"addr add {self.address(n)}/{self.subnet.prefixlen} dev eth0", "link set eth0 up", "link set lo up"]
         if self.gateway:
             host.append(f"route add default via {self.gateway} dev eth0")

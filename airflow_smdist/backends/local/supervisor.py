@@ -298,9 +298,9 @@ class JobSupervisor:
         that say what a simulated host is (and, in the fallback, how it differs from an instance)."""
         subnet = None
         if self.isolation == "namespace":
-            hosts = len(contract.make_cluster(resource_config, tuple(self.state["block"])).hosts)
             self.net, no_nat = hostnet.JobNetwork.allocate(str(self.dir), self.state["block"][1],
-                                                           nat=not self.network_isolated(), hosts=hosts)
+                                                           nat=not self.network_isolated(),
+                                                           hosts=contract.host_count(resource_config))
             subnet = str(self.net.subnet.network_address)
         cluster = contract.make_cluster(resource_config, tuple(self.state["block"]), subnet)
         if self.net is not None:

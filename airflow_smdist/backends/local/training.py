@@ -499,8 +499,7 @@ def check_request(request: dict) -> None:
                         "ContainerEntrypoint so the local backend runs your code.")
     contract.requested_num_cpus(request)
     rc = request.get("ResourceConfig") or {}
-    contract.check_instance_count(sum(int(g["InstanceCount"]) for g in rc.get("InstanceGroups") or [])
-                                  or int(rc.get("InstanceCount", 1)), "ResourceConfig.InstanceCount")
+    contract.check_instance_count(contract.host_count(rc), "ResourceConfig.InstanceCount")
     check_metric_regexes(spec.get("MetricDefinitions") or [])
     modes = [spec.get("TrainingInputMode", "File")] + [c.get("InputMode") for c in request.get("InputDataConfig", [])]
     if "Pipe" in modes:
