@@ -69,6 +69,7 @@ def host_start(tmp: str, isolation: str) -> None:
                                etc_hosts=None, keep=[tmp])
     if net is not None:
         proc.wait_ready()
+        net.settle()
         net.plug(1, proc.pid)
     proc.go()
     proc.proc.wait()

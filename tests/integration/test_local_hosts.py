@@ -340,10 +340,11 @@ def test_jobs_with_nat_never_share_a_subnet_and_leave_nothing(tmp_path):
     nets = [hostnet.JobNetwork.allocate(str(tmp_path / f"job-{i}"), seed=7, nat=True) for i in range(2)]
     try:
         assert [why for _net, why in nets] == [None, None]
+        assert [net.settle() for net, _why in nets] == [None, None]  # the NAT tables, made meanwhile
         a, b = (net for net, _why in nets)
         assert a.subnet != b.subnet and a.gateway == a.address(254) and b.gateway == b.address(254)
         isolated, why = hostnet.JobNetwork.allocate(str(tmp_path / "job-isolated"), seed=7, nat=False)
-        assert why is None and isolated.gateway is None  # an isolated job's bridge has no address at all
+        assert why is None and isolated.settle() is None and isolated.gateway is None  # an isolated job's bridge has no address at all
         isolated.remove()
     finally:
         for net, _why in nets:

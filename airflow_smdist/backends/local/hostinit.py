@@ -26,8 +26,6 @@ import json
 import os
 import select
 import signal
-import socket
-import subprocess
 import sys
 import time
 
@@ -57,7 +55,10 @@ def setup_namespace(spec: dict) -> None:
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV)
     if spec.get("etc_hosts"):
         _mount(spec["etc_hosts"], "/etc/hosts", None, _MS_BIND)
-    socket.sethostname(spec["hostname"])
+    name = spec["hostname"].encode()
+    if _libc.sethostname(name, len(name)) != 0:  # socket.sethostname's call, without importing socket
+        err = ctypes.get_errno()
+        raise OSError(err, f"sethostname {spec['hostname']}: {os.strerror(err)}")
 
 
 def descendants() -> list[int]:
@@ -136,6 +137,8 @@ def main() -> None:
     if ready is not None:
         os.write(ready, b"r")
         os.close(ready)
+    import subprocess  # while the supervisor plugs the host in: not before the host is ready
+
     wait_for_go(lifeline)
     terminated = []
 

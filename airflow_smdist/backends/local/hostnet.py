@@ -37,6 +37,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -226,13 +227,15 @@ def _nft_start(commands: list[dict]) -> subprocess.Popen[str]:
 def _nft_wait(proc: subprocess.Popen[str]) -> None:
     """Wait for an nft started by :func:`_nft_start`; OSError with its message if it failed."""
     assert proc.stdout is not None
-    try:
-        code = proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
+    # its output ends when it exits: poll wakes then (Popen.wait with a timeout polls in sleeps of up to
+    # 50 ms, which doubled the time of a 10 ms transaction)
+    poller = select.poll()
+    poller.register(proc.stdout, select.POLLIN)
+    if not poller.poll(20_000):
         proc.kill()
-        code = proc.wait()
     with proc.stdout:
         message = proc.stdout.read().strip()  # nft prints nothing but its errors: never a pipe's worth
+    code = proc.wait()
     if code != 0:
         raise OSError(f"nft: {message or f'exit {code}'}")
 
@@ -334,33 +337,40 @@ class JobNetwork:
         self.listeners: list[socket.socket] = []
         self.gateway: str | None = None  # <subnet>.254 once the job has NAT
         self.forwarding_enabled = False  # this job turned net.ipv4.ip_forward on
+        #: the NAT table's nftables transaction while it runs (see add_nat and settle)
+        self.nat_pending: subprocess.Popen[str] | None = None
 
     @classmethod
-    def allocate(cls, job_dir: str, seed: int, *, nat: bool, hosts: int = 2) -> tuple[JobNetwork, str | None]:
+    def allocate(cls, job_dir: str, seed: int, *, nat: bool, hosts: int = 2,
+                 owner: dict | None = None) -> tuple[JobNetwork, str | None]:
         """Reclaim dead jobs' bridges, pick this job's subnet and make its bridge (a job of ``hosts`` > 1), all
         under one machine-wide lock (two jobs with NAT must not get one subnet: the machine would route both
-        to one bridge). With ``nat``, also the gateway and the NAT; returns why not where it cannot be had
-        (else None)."""
-        import psutil
-
+        to one bridge). With ``nat``, also start its NAT (:meth:`add_nat`; :meth:`settle` finishes it, with the
+        gateway); returns why the job cannot have NAT here (else None). ``owner``: the process the network
+        belongs to, as :func:`.store.owner_alive` reads it (default: this one)."""
         from airflow_smdist.backends.local.store import locked
 
+        if owner is None:
+            import psutil
+
+            me = psutil.Process()
+            owner = {"pid": me.pid, "create_time": me.create_time()}
+
         with locked(_lock_path()):
-            reclaim()
+            reclaim(tables=False)  # a job's end deletes tables of no job (remove), off the job's start
             taken = tuple(ipaddress.IPv4Network(e["subnet"]) for e in _registered().values()
                           if e.get("nat") and e.get("subnet"))
             net = cls(job_dir, pick_subnet(seed=seed, taken=taken), hosts=hosts)
             why = nat_unavailable() if nat else None
-            me = psutil.Process()
             REGISTRY.mkdir(parents=True, exist_ok=True)
-            (REGISTRY / net.bridge).write_text(json.dumps({"pid": me.pid, "create_time": me.create_time(),
+            (REGISTRY / net.bridge).write_text(json.dumps({"pid": owner["pid"], "create_time": owner["create_time"],
                                                            "subnet": str(net.subnet), "nat": nat and not why}))
             net.create()
             if nat and not why:
                 try:
                     net.add_nat()
                 except OSError as e:
-                    why = str(e)
+                    why = f"the hosts' NAT could not be set up: {e}"
         return net, why
 
     def address(self, n: int) -> str:
@@ -386,10 +396,19 @@ class JobNetwork:
             ip(batch=make)
 
     def add_nat(self) -> None:
-        """The gateway on the job's link and the job's table: the table first, so the subnet is never routable
-        here without its rules. Undone if any step fails (the caller falls back to forwarders only)."""
+        """Start the job's NAT table: one nftables transaction, whose commit takes the kernel ~15 ms, while the
+        supervisor goes on starting its hosts. :meth:`settle` waits for it before any host is plugged."""
+        self.nat_pending = _nft_start(nat_ruleset(self.bridge, self.subnet, self.link))
+
+    def settle(self) -> str | None:
+        """Finish the NAT :meth:`add_nat` started: the table first, then forwarding and the gateway's address,
+        so the subnet is never routable here without its rules. Returns why the job has no NAT after all (it
+        is undone, and the hosts reach the worker through forwarders only), else None."""
+        proc, self.nat_pending = self.nat_pending, None
+        if proc is None:
+            return None
         try:
-            _nft(nat_ruleset(self.bridge, self.subnet, self.link))
+            _nft_wait(proc)
             self.forwarding_enabled = enable_forwarding()
             gateway = self.address(GATEWAY)
             if not self.single:  # a one-host job's link gets the gateway's address once it is made (plug)
@@ -397,8 +416,9 @@ class JobNetwork:
         except OSError as e:
             with contextlib.suppress(OSError):
                 delete_nat(self.bridge)
-            raise OSError(f"the hosts' NAT could not be set up: {e}") from e
+            return f"the hosts' NAT could not be set up: {e}"
         self.gateway = gateway
+        return None
 
     def plug(self, n: int, pid: int) -> None:
         """Give the host whose network namespace ``pid`` is in its ``eth0`` on the job's link, and ``lo``; and a
@@ -428,12 +448,17 @@ class JobNetwork:
         threading.Thread(target=_serve, args=(listener, endpoint), daemon=True).start()
 
     def remove(self) -> None:
+        if self.nat_pending is not None:  # a job that ended before its first host: its table is made, then goes
+            with contextlib.suppress(OSError):
+                _nft_wait(self.nat_pending)
+            self.nat_pending = None
         for s in self.listeners:
             try:
                 s.close()
             except OSError:
                 pass
         remove_bridge(self.bridge, hosts_ended=True)
+        delete_orphan_tables()
 
 
 def remove_bridge(name: str, *, hosts_ended: bool = False) -> None:
@@ -474,14 +499,22 @@ def _orphan_tables() -> list[str]:
     return [n for n in names if n.startswith(prefix) and not (REGISTRY / n[len("smdist_"):]).exists()]
 
 
-def reclaim() -> list[str]:
-    """Delete the bridges whose supervisor is gone (killed with -9, say), and tables of no job; returns the
-    bridges' names."""
-    from airflow_smdist.backends.local.store import owner_alive
-
+def delete_orphan_tables() -> None:
+    """Delete the tables of no job (see :func:`_orphan_tables`)."""
     for table in _orphan_tables():
         with contextlib.suppress(OSError):
             delete_nat(table[len("smdist_"):])
+
+
+def reclaim(*, tables: bool = True) -> list[str]:
+    """Delete the bridges whose supervisor is gone (killed with -9, say), and (with ``tables``) tables of no
+    job; returns the bridges' names. A job's start reclaims bridges only (reading the registry costs
+    microseconds; listing nftables' tables takes a process): its end deletes tables of no job, after its
+    final state (:meth:`JobNetwork.remove`)."""
+    from airflow_smdist.backends.local.store import owner_alive
+
+    if tables:
+        delete_orphan_tables()
     if not REGISTRY.is_dir():
         return []
     gone = []

@@ -55,7 +55,7 @@ from airflow_smdist.backends.local import (
     runtimes,
 )
 from airflow_smdist.backends.local.store import write_json_atomic
-from airflow_smdist.backends.local.supervisor import JobSupervisor, error_excerpt, fit_failure_reason, shard
+from airflow_smdist.backends.local.supervisor import JobSupervisor, error_excerpt, fit_failure_reason, serve, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import safe_join
 
@@ -666,7 +666,6 @@ class ProcessingSupervisor(JobSupervisor):
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_sigterm)
         (self.dir / "logs").mkdir(exist_ok=True)
-        job_key = f"processing/{self.name}"
         status, reason, stage_done = "Failed", None, False
         try:
             self.cluster = cluster = self.build_cluster(resource_config(self.request))
@@ -714,9 +713,6 @@ class ProcessingSupervisor(JobSupervisor):
                 reason = str(e)
             else:  # staging reads the user's data (their error); after it, ours
                 reason = f"{'InternalServerError' if stage_done else 'ClientError'}: {type(e).__name__}: {e}"
-        finally:
-            self.close_network()
-            self.store.release_block(job_key)
         self.secondary(status, {"Completed": "Processing job completed", "Failed": "Processing job failed",
                                 "Stopped": "Processing job stopped"}[status])
         self.state["transitions"][-1]["end"] = time.time()
@@ -800,8 +796,7 @@ def describe(backend, request: dict, state: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    return ProcessingSupervisor(Path(argv[0])).run()
+    return serve(ProcessingSupervisor, argv)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,10 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 UTILIZATION_FILE = "utilization.jsonl"
 
@@ -52,6 +53,8 @@ class _HostCounters:
 
     @staticmethod
     def _read(p: psutil.Process) -> tuple[int, tuple[float, int, int], int] | None:
+        import psutil
+
         try:
             with p.oneshot():
                 cpu = p.cpu_times()
@@ -113,6 +116,8 @@ class UtilizationSampler:
             self.thread.start()
 
     def _tree(self, proc: Any) -> list[psutil.Process]:
+        import psutil  # in the sampler's thread: a job's start does not wait for it
+
         try:
             root = psutil.Process(proc.pid)
             return [root, *root.children(recursive=True)]

@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import psutil
-
 from airflow_smdist.backends.local import contract, hostnet, launcher
 from airflow_smdist.kinds import kind_info
 from airflow_smdist.backends.local.metrics import MetricParser
@@ -144,6 +142,8 @@ def free_port(preferred: int) -> int:
     The reservation is made under one machine-wide lock, so two jobs started at once never get the same
     port (probing alone would give both 7777). Only the fallback mode needs it: namespaced hosts have
     their own network stacks."""
+    import psutil
+
     me = psutil.Process()
     with locked(PORTS_FILE.with_suffix(".lock")):
         table = {k: v for k, v in (read_json(PORTS_FILE, {}) or {}).items() if owner_alive(v)}
@@ -219,6 +219,8 @@ class JobSupervisor:
         self.readers: list[threading.Thread] = []
         self.isolation = self.state.get("isolation", "none")
         self.net: hostnet.JobNetwork | None = None
+        self.no_nat: str | None = None  # why the job's hosts have no NAT (None: they have, or no network)
+        self.network_said = False
         #: the job's runtime (the image's environment), resolved by the kinds that run code in one
         self.runtime: runtimes.Runtime | None = None
         self.log = open(self.dir / "supervisor.log", "a", buffering=1)
@@ -300,20 +302,43 @@ class JobSupervisor:
         if self.isolation == "namespace":
             self.net, no_nat = hostnet.JobNetwork.allocate(str(self.dir), self.state["block"][1],
                                                            nat=not self.network_isolated(),
-                                                           hosts=contract.host_count(resource_config))
+                                                           hosts=contract.host_count(resource_config),
+                                                           owner=self.owner())
             subnet = str(self.net.subnet.network_address)
         cluster = contract.make_cluster(resource_config, tuple(self.state["block"]), subnet)
         if self.net is not None:
             (self.dir / "etc-hosts").write_text(contract.etc_hosts(cluster))
-            self.save(network={"bridge": self.net.bridge, "subnet": str(self.net.subnet),
-                               "gateway": self.net.gateway})
-            link = f"veth {self.net.link}" if self.net.single else f"bridge {self.net.bridge}"
-            self.say(f"hosts are namespaced containers: own hostname algo-N, network (eth0 on {link}, "
-                     f"{self.net.subnet}), /tmp, /opt/ml and process tree; they reach {self.reach(no_nat)}")
+            self.no_nat = no_nat
+            self.save(network={"bridge": self.net.bridge, "subnet": str(self.net.subnet), "gateway": None})
         else:
             for line in launcher.FALLBACK_DIFFERENCES:
                 self.say(f"hosts run without namespaces ({launcher.namespaces_available() or 'SMDIST_LOCAL_ISOLATION=none'}): {line}")
         return cluster
+
+    def settle_network(self) -> None:
+        """Once, before the first host is plugged: the job's NAT finished (:meth:`hostnet.JobNetwork.settle`,
+        whose table was made while the hosts started), its gateway in the state, and the line that says what
+        the hosts are and reach."""
+        if self.net is None or self.network_said:
+            return
+        self.network_said = True
+        self.no_nat = self.net.settle() or self.no_nat
+        self.save(network={"bridge": self.net.bridge, "subnet": str(self.net.subnet), "gateway": self.net.gateway})
+        link = f"veth {self.net.link}" if self.net.single else f"bridge {self.net.bridge}"
+        self.say(f"hosts are namespaced containers: own hostname algo-N, network (eth0 on {link}, "
+                 f"{self.net.subnet}), /tmp, /opt/ml and process tree; they reach {self.reach(self.no_nat)}")
+
+    def owner(self) -> dict | None:
+        """This supervisor as :func:`.store.owner_alive` reads it, from the pid file its submitter wrote (psutil's
+        create time, to 10 ms: its resolution on Linux), so the job's start needs no psutil of its own; None
+        where the file does not name this process."""
+        try:
+            pid, started = (self.dir / "supervisor.pid").read_text().split()
+            if int(pid) == os.getpid():
+                return {"pid": int(pid), "create_time": float(started)}
+        except (OSError, ValueError):
+            pass
+        return None
 
     def reach(self, no_nat: str | None) -> str:
         """What a namespaced host reaches outside its job, for the job's log."""
@@ -340,6 +365,17 @@ class JobSupervisor:
         if self.net is not None:
             self.net.remove()
             self.net = None
+
+    def release(self) -> None:
+        """Give back what the job held on this machine: its network (links, NAT table) and loopback block.
+        :func:`serve` calls it once the job's final state is written, as SageMaker reports a job ended before
+        it releases the job's instances: a task waiting for the job does not wait for the kernel's teardown
+        of its links (10 to 40 ms). The supervisor is a process of the job until then, and a supervisor
+        killed before it is done leaves what :func:`hostnet.reclaim` and the block table's owner check free."""
+        try:
+            self.close_network()
+        finally:
+            self.store.release_block(f"{self.kind}/{self.name}")
 
     def forwarded_endpoints(self) -> list[tuple[str, int]]:
         """The worker's loopback endpoints a host reaches (none with network isolation)."""
@@ -373,6 +409,7 @@ class JobSupervisor:
         self.readers.append(t)
         if self.net is not None:
             proc.wait_ready()
+            self.settle_network()
             self.net.plug(int(host.label.split("-")[1]), proc.pid)
             for endpoint in self.forwarded_endpoints():
                 self.net.forward(proc.pid, endpoint)
@@ -451,3 +488,14 @@ class JobSupervisor:
             failure.parent.mkdir(parents=True, exist_ok=True)
             failure.write_text(text)  # as the training toolkit does when the user script fails
         return fit_failure_reason("AlgorithmError: " + text)
+
+
+def serve(cls: type[JobSupervisor], argv: list[str] | None = None) -> int:
+    """A kind's supervisor process: run the job (``cls(<job dir>).run()``, which writes its final state),
+    then release what it held (:meth:`JobSupervisor.release`). Returns the process's exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    supervisor = cls(Path(argv[0]))
+    try:
+        return supervisor.run()
+    finally:
+        supervisor.release()

@@ -36,6 +36,7 @@ from airflow_smdist.backends.local.supervisor import (
     PlatformError,
     free_port,
     release_ports,
+    serve,
     shard,
 )
 from airflow_smdist.specs.errors import SpecError
@@ -415,10 +416,15 @@ class TrainingSupervisor(JobSupervisor):
         return out_uri
 
     # -- main ------------------------------------------------------------------------------------
+    def release(self) -> None:
+        try:
+            super().release()
+        finally:
+            release_ports()  # the fallback's reserved ports (free_port)
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_sigterm)
         (self.dir / "logs").mkdir(exist_ok=True)
-        job_key = f"training/{self.name}"
         status, secondary, reason = "Failed", "Failed", None
         try:
             self.cluster = cluster = self.build_cluster(self.request["ResourceConfig"])
@@ -461,9 +467,6 @@ class TrainingSupervisor(JobSupervisor):
         finally:
             if self.agents is not None:
                 self.agents.close()
-            self.close_network()
-            release_ports()
-            self.store.release_block(job_key)
         self.secondary(secondary, {"Completed": "Training job completed", "Failed": "Training job failed",
                                    "Stopped": "Training job stopped",
                                    "MaxRuntimeExceeded": "Training job stopped: MaxRuntimeInSeconds exceeded"}[secondary])
@@ -623,8 +626,7 @@ def _algorithm_specification(request: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    return TrainingSupervisor(Path(argv[0])).run()
+    return serve(TrainingSupervisor, argv)
 
 
 if __name__ == "__main__":

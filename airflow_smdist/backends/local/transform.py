@@ -41,7 +41,7 @@ from airflow_smdist.backends.local.store import (
     read_json,
     write_json_atomic,
 )
-from airflow_smdist.backends.local.supervisor import JobSupervisor, shard
+from airflow_smdist.backends.local.supervisor import JobSupervisor, serve, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.sharding import output_uri
 from airflow_smdist.storage import relative_key
@@ -323,7 +323,6 @@ class TransformSupervisor(JobSupervisor):
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_sigterm)
         (self.dir / "logs").mkdir(exist_ok=True)
-        job_key = f"transform/{self.name}"
         res = self.request["TransformResources"]
         status, reason = "Failed", None
         try:
@@ -377,9 +376,6 @@ class TransformSupervisor(JobSupervisor):
             if self.procs:
                 self.end_all(5)
             status, reason = "Failed", f"InternalServerError: {type(e).__name__}: {e}"
-        finally:
-            self.close_network()
-            self.store.release_block(job_key)
         self.say({"Completed": "Transform job completed", "Failed": f"Transform job failed: {reason}",
                   "Stopped": "Transform job stopped"}[status])
         self.save(status=status, failure_reason=reason, ended=time.time())
@@ -395,8 +391,7 @@ class _Key:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    return TransformSupervisor(Path(argv[0])).run()
+    return serve(TransformSupervisor, argv)
 
 
 if __name__ == "__main__":
