@@ -329,3 +329,45 @@ def test_example_ddp_script_retried_after_its_last_checkpoint_still_saves_its_mo
     events, _ = backend.log_events("training", name)
     assert any("resumed from checkpoint at epoch 1" in e.message for e in events)
     assert losses[1] == losses[0]  # the retry reports the loss its checkpoint recorded
+
+
+def test_a_blocking_wait_wakes_at_each_change_of_the_job_not_at_its_next_look(backend, tmp_path, monkeypatch):
+    """The operators' blocking wait on a local job: with its own look at the state file every 60 s, it still
+    sees every change of a real job at once (inotify on the job's directory), so the job's end ends the wait."""
+    import airflow_smdist.backends.local as local
+
+    monkeypatch.setattr(local, "STATE_POLL_SECONDS", 60.0)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("print('hello')\n")
+    name = unique("wake")
+    submit(backend, tmp_path, name=name, source=str(src), entry="train.py", instance_count=1)
+    started, seen = time.monotonic(), []
+    while (d := backend.describe("training", name))["TrainingJobStatus"] == "InProgress":
+        seen.append(d["SecondaryStatus"])
+        backend.wait_for_change("training", name, 120)
+        assert time.monotonic() - started < 40, f"a change was not seen until the 60 s look: {seen}"
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+
+
+def test_a_change_between_describe_and_the_wait_ends_the_wait(backend, tmp_path):
+    """A job that changed after the operator described it, but before it began to wait, is not waited on for
+    the next change (there may be none: here the job has ended and its supervisor exited)."""
+    from airflow_smdist.backends.local.store import read_json, write_json_atomic
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("print('hello')\n")
+    name = unique("race")
+    submit(backend, tmp_path, name=name, source=str(src), entry="train.py", instance_count=1)
+    wait(backend, "training", name)
+    job_dir = backend.job_dir("training", name)
+    deadline = time.monotonic() + 30
+    while backend._supervisor_pid(job_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    backend.describe("training", name)
+    state = read_json(job_dir / "state.json")
+    write_json_atomic(job_dir / "state.json", {**state, "note": "changed after the describe"})
+    t = time.monotonic()
+    backend.wait_for_change("training", name, 30)
+    assert time.monotonic() - t < 10, "the wait missed the change made before it began"

@@ -33,6 +33,7 @@ from airflow_smdist.backends.base import (
     tuning_log_events,
 )
 from airflow_smdist.backends.local import launcher
+from airflow_smdist.backends.local.notify import ChangeWaker
 from airflow_smdist.backends.local.store import JobStore, pid_alive, read_json, read_jsonl, write_json_atomic
 from airflow_smdist.kinds import kind_info, load
 
@@ -58,8 +59,19 @@ class LocalJobKind(Protocol):
 
 #: a job without a supervisor pid file (half made by an older version) counts as failed after this
 HALF_MADE_GRACE_SECONDS = 30.0
-#: how often a blocking wait looks at a job's state file (one stat call)
-STATE_POLL_SECONDS = 0.05
+#: jobs whose last-described state a backend keeps for wait_for_change (the oldest go first)
+DESCRIBED_KEPT = 256
+#: how often a blocking wait looks at a job's state file (one stat call) when nothing woke it before
+STATE_POLL_SECONDS = 0.2
+
+
+def _state_signature(job_dir: Path) -> tuple[int, int, int] | None:
+    """A job's state file as a ``stat`` sees it: a supervisor rewrites it by renaming a new file over it."""
+    try:
+        st = os.stat(job_dir / "state.json")
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _create_time(pid: int) -> str:
@@ -107,6 +119,8 @@ class LocalBackend:
         self.s3_endpoint_url = s3_endpoint_url
         #: runtimes declared for user images (the smdist connection's ``local_runtimes`` extra; see .runtimes)
         self.local_runtimes = dict(local_runtimes or {})
+        #: each job's state file as the last describe read it (inode, mtime, size): wait_for_change's baseline
+        self._described: dict[tuple[str, str], tuple[int, int, int] | None] = {}
 
     def kind_module(self, kind: str) -> LocalJobKind:
         info = kind_info(kind)
@@ -143,11 +157,7 @@ class LocalBackend:
     def submit(self, kind: str, request: dict[str, Any], *, parent: str | None = None) -> str:
         self.check(kind, request)
         name = kind_info(kind).job_name(request)
-        isolation = launcher.isolation_mode()
-        if isolation == "namespace":
-            from airflow_smdist.backends.local import hostnet
-
-            hostnet.reclaim()  # bridges of supervisors killed with -9
+        isolation = launcher.isolation_mode()  # (a namespaced job's supervisor reclaims dead jobs' bridges)
         if self.store.taken(kind, name):
             raise self._name_taken(kind, name)
         staging = _Staging(self.store.stage(kind, name))
@@ -210,6 +220,12 @@ class LocalBackend:
     def describe(self, kind: str, name: str) -> dict[str, Any]:
         module = self.kind_module(kind)
         request = self.store.request(kind, name)
+        # the state file as read now (taken before the read: a change during it is one more change); the next
+        # wait takes it out, and a long-lived backend (the triggerer's) keeps only the latest few
+        self._described.pop((kind, name), None)
+        self._described[(kind, name)] = _state_signature(self.store.job_dir(kind, name))
+        while len(self._described) > DESCRIBED_KEPT:
+            del self._described[next(iter(self._described))]
         return module.describe(self, request, self._live_state(kind, name))
 
     def list_tags(self, kind: str, name: str) -> list[dict[str, str]]:
@@ -228,27 +244,25 @@ class LocalBackend:
 
     def wait_for_change(self, kind: str, names: str | list[str], timeout: float) -> None:
         """Return as soon as the state of the job ``names`` (or of any of several) changes (its supervisor
-        rewrote ``state.json``, or exited), else after ``timeout`` seconds. A ``stat`` per job every
-        :data:`STATE_POLL_SECONDS` costs microseconds, so a blocking wait sees a job end within a fraction of
-        a second whatever its poll interval says."""
-        dirs = [self.store.job_dir(kind, n) for n in ([names] if isinstance(names, str) else names)]
+        rewrote ``state.json``, or exited), else after ``timeout`` seconds, whatever the poll interval says.
+        Inotify on the jobs' directories and pidfds of their supervisors wake it at the change
+        (:class:`.notify.ChangeWaker`); a ``stat`` per job at least every :data:`STATE_POLL_SECONDS` (a few
+        microseconds) still decides, so a change inotify cannot see is seen that late at most.
+        A change since this backend last described the job counts too: it is not missed for having come
+        between that describe and this call."""
+        names = [names] if isinstance(names, str) else list(names)
+        dirs = [self.store.job_dir(kind, n) for n in names]
         pids = [p for p in (self._supervisor_pid(d) for d in dirs) if p is not None]
 
-        def signature():
-            out = []
-            for d in dirs:
-                try:
-                    st = os.stat(d / "state.json")
-                    out.append((st.st_ino, st.st_mtime_ns, st.st_size))
-                except FileNotFoundError:
-                    out.append(None)
-            return out
+        def signature() -> list:
+            return [_state_signature(d) for d in dirs]
 
-        start, deadline = signature(), time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            time.sleep(min(STATE_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
-            if signature() != start or not all(pid_alive(p) for p in pids):
-                return
+        with ChangeWaker(dirs, pids) as waker:
+            now, deadline = signature(), time.monotonic() + timeout
+            start = [self._described.pop((kind, n), sig) for n, sig in zip(names, now, strict=True)]
+            while now == start and all(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+                waker.wait(min(STATE_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+                now = signature()
 
     def log_events(self, kind: str, name: str, cursor: Any = None) -> tuple[list[LogEvent], Any]:
         job_dir = self.store.job_dir(kind, name)
