@@ -70,6 +70,9 @@ class JobKindInfo:
     #: the module of the sensor that waits for a job of this kind started elsewhere; None: the generic
     #: ``SmdistJobSensor(kind=<name>, job_name=...)`` of :data:`GENERIC_SENSOR_MODULE` waits for it
     sensor: str | None = None
+    #: secondary statuses (as List summaries give them) in which the job's containers have not started, so its
+    #: log group holds no line of it yet: a CloudWatch log round for jobs that are all in one is not made
+    silent_secondary_statuses: frozenset[str] = frozenset()
 
     # -- the API's names, as botocore's service model spells them ----------------------------------
     @property
@@ -131,6 +134,11 @@ class JobKindInfo:
     def arn(self, region: str, account: str, job_name: str) -> str:
         return f"arn:aws:sagemaker:{region}:{account}:{self.arn_resource}/{job_name.lower()}"
 
+    def no_lines_yet(self, secondary_statuses: list[str | None]) -> bool:
+        """Whether jobs in these secondary statuses (one each) can have no container log line yet: every one
+        is in :attr:`silent_secondary_statuses` (an unknown status, None, might have some)."""
+        return bool(secondary_statuses) and all(s in self.silent_secondary_statuses for s in secondary_statuses)
+
     @property
     def sensor_module(self) -> str:
         """The module of the sensor that waits for a job of this kind (its own, else the generic one)."""
@@ -172,6 +180,11 @@ KINDS: dict[str, JobKindInfo] = {
             links=("airflow_smdist.operators.links.SageMakerTrainingJobLink",
                    "airflow_smdist.operators.links.SageMakerTrainingLogsLink"),
             sensor="airflow_smdist.sensors.training",
+            # DescribeTrainingJob's SecondaryStatus before "Training": instances, data and image being made
+            # ready, or a training plan's capacity awaited; the algorithm container starts at "Training"
+            silent_secondary_statuses=frozenset({"Starting", "Pending", "LaunchingMLInstances",
+                                                 "PreparingTrainingStack", "Downloading",
+                                                 "DownloadingTrainingImage"}),
         ),
         JobKindInfo(
             name="processing",

@@ -353,6 +353,12 @@ class JobLifecycle:
             return
         self.print_events(name, events, label=label)
 
+    def no_lines_yet(self, secondary_statuses: list[Any]) -> bool:
+        """Whether jobs in these secondary statuses have no log line to read yet on this backend (on SageMaker:
+        their containers have not started), so a wait makes no log call for them."""
+        return bool(getattr(self.backend, "silent_before_containers", False)) and self.info.no_lines_yet(
+            secondary_statuses)
+
     def print_events(self, name: str, events: Iterable[LogEvent], *, label: bool = False) -> None:
         """Log a job's lines (each behind the job's name when ``label``) and keep them for its error."""
         for event in events:
@@ -385,7 +391,7 @@ class JobLifecycle:
     def poll(self, name: str, *, label: bool = False) -> dict[str, Any]:
         """One look at a job: Describe, new log lines, metric and status changes."""
         description = self.describe(name)
-        if self.print_logs:
+        if self.print_logs and not self.no_lines_yet([description.get("SecondaryStatus")]):
             self.print_new_logs(name, label=label)
         self._report(name, description)
         if self.ended(description) and self.print_logs:  # the last lines may land after the status
@@ -538,7 +544,7 @@ class CoalescedRounds:
             self.fallback = True
             return self.lc.round(names, label=True)
         self.since = (server_time or time.time()) - LIST_SETTLE_SECONDS
-        if self.lc.print_logs:
+        if self.lc.print_logs and not self.lc.no_lines_yet([self.secondary(n, summaries) for n in names]):
             self.print_logs(names)
         out = []
         for name in list(names):
@@ -556,6 +562,11 @@ class CoalescedRounds:
             self.print_logs([name for name, _ in out])
         self.forget([name for name, _ in out])
         return out
+
+    def secondary(self, name: str, summaries: dict[str, dict[str, Any]]) -> str | None:
+        """A job's secondary status: this round's summary's, else the last one seen (None: not seen yet)."""
+        summary = summaries.get(name)
+        return summary.get("SecondaryStatus") if summary is not None else self.seen.get(name, (None, None))[1]
 
     def print_logs(self, names: list[str]) -> None:
         """Print the new lines of every job in ``names`` (one read for all of them)."""

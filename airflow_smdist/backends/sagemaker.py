@@ -105,6 +105,9 @@ class SageMakerBackend:
     """Runs Create*Job requests on Amazon SageMaker (or anything speaking its API, e.g. moto)."""
 
     name = "sagemaker"
+    #: CloudWatch holds a job's lines only once its containers run: a wait reads none while the job's secondary
+    #: status says they have not started (JobKindInfo.silent_secondary_statuses)
+    silent_before_containers = True
 
     def __init__(self, aws_conn_id: str | None = "aws_default", region_name: str | None = None) -> None:
         self.aws_conn_id = aws_conn_id

@@ -20,7 +20,8 @@ per job would tell.) A round reads from ``LOG_SETTLE_SECONDS`` before the previo
 clock), and once every ``LOG_LAG_SECONDS`` a sweep reads the whole lag window for lines CloudWatch ingested
 late, so a round's work follows the lines written since the last one; lines read twice are skipped by event
 id. The watched jobs share one cursor, and a round touches a job's own state only when it got lines or just
-joined (see :class:`CloudWatchLogReader`): a quiet round costs the same for 2,000 jobs as for 10. Each trigger keeps its cursor in a small file (next
+joined (see :class:`CloudWatchLogReader`): a quiet round costs the same for 2,000 jobs as for 10. While every
+watched job is still provisioning (its secondary status says no container runs yet), no round is made. Each trigger keeps its cursor in a small file (next
 to a local job; under the local root for SageMaker jobs) written after the lines were logged, so a trigger
 rebuilt after a triggerer restart resumes where the last one stopped: no line twice, none lost.
 
@@ -266,6 +267,10 @@ class CloudWatchLogReader:
     joins (a new wait, or a trigger rebuilt with its saved cursor) is read in the next round from its own
     cursor (a sweep of its lag window) and is a member from then on. A job's cursor, in the form a trigger
     saves and resumes from, is made only when the job has new lines."""
+
+    #: CloudWatch holds a job's lines only once its containers run (the local backend's supervisor writes
+    #: lines of its own while it starts a job): see :meth:`CoalescedLogPoller.nothing_to_read`
+    silent_before_containers = True
 
     def __init__(self, source: SageMakerStatusSource, kind: str) -> None:
         self.source = source
@@ -596,7 +601,8 @@ class CoalescedLogPoller:
     Following the status poller of the same jobs (:meth:`follow`), a round runs right after each of its
     List rounds rather than on a timer of its own: the round that prints the last lines of the jobs a List
     found ended is that interval's round too, so a job ending costs no log call of its own. Its own timer
-    only runs a round when the status poller made none for :data:`LEADER_LATE_SECONDS` (and two intervals)."""
+    only runs a round when the status poller made none for :data:`LEADER_LATE_SECONDS` (and two intervals).
+    While no watched job's containers have started, no round is made (:meth:`nothing_to_read`)."""
 
     def __init__(self, source, kind: str, interval: float) -> None:
         self.source = source
@@ -644,8 +650,18 @@ class CoalescedLogPoller:
         self.wake.set()
         await asyncio.shield(waiter)
 
+    def nothing_to_read(self) -> bool:
+        """Whether no watched job can have a line to read: on CloudWatch, a job whose containers have not
+        started (the secondary status the status poller's List saw last, e.g. ``Starting`` or ``Downloading``)
+        has none, so while every watched job is so (minutes of provisioning on SageMaker), a round is not made.
+        Nothing is read later than otherwise: the List that sees a job move on is followed by a round."""
+        if self.leader is None or not getattr(self.reader, "silent_before_containers", False):
+            return False
+        known = self.leader.known
+        return kind_info(self.kind).no_lines_yet([known.get(name, (None, None))[1] for name in self.watchers])
+
     async def round(self) -> None:
-        if not self.watchers:
+        if not self.watchers or self.nothing_to_read():
             return
         # only the jobs with new lines: a quiet job costs no call into its trigger, nor any work here
         results = await self.reader.read()

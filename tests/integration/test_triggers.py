@@ -663,6 +663,126 @@ def test_a_job_ending_costs_no_log_call_of_its_own_the_log_round_follows_each_li
     assert answered.count("FilterLogEvents") <= answered.count("ListTrainingJobs"), answered
 
 
+def test_no_log_call_is_made_while_every_watched_job_is_still_provisioning(moto_server, tmp_path, monkeypatch):
+    """Jobs whose List summaries say ``Starting`` or ``Downloading`` (no container runs, CloudWatch holds no
+    line of them) cost no FilterLogEvents round; once one job trains, rounds follow each List again, and every
+    line of every job reaches its task's log once, in order, before its trigger yields."""
+    from moto_server import seed_log_stream, set_training_job_status
+
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+    from airflow_smdist.triggers import base as trigger_base
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
+    backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
+    run = uuid.uuid4().hex[:6]
+    names = [f"prov-{run}-{i}" for i in range(4)]
+    created = time.time() - 5
+    group = "/aws/sagemaker/TrainingJobs"
+    for n in names:
+        backend.submit("training", request(n))
+        set_training_job_status(n, "InProgress", "Starting")
+    triggers = {n: SageMakerDistributedTrainingTrigger(
+        job_name=n, backend="sagemaker", aws_conn_id="aws_default", region_name="us-east-1", poll_interval=0.3,
+        job_status="InProgress", as_of=time.time(), created=created, cursor_key="try-1") for n in names}
+    logs: dict[str, list[str]] = {n: [] for n in names}
+    for n, t in triggers.items():
+        _capture(t, logs[n])
+
+    def lines(n: str, first: int, count: int) -> None:
+        now_ms = int(time.time() * 1000)
+        seed_log_stream(moto_server, group, f"{n}/algo-1-1700000000",
+                        [(now_ms + i, f"{n} line {first + i}") for i in range(count)])
+
+    async def scenario():
+        async def first_event(t):
+            async for event in t.run():
+                return event
+
+        tasks = {n: asyncio.ensure_future(first_event(t)) for n, t in triggers.items()}
+        await asyncio.sleep(1.2)
+        set_training_job_status(names[0], "InProgress", "Downloading")
+        await asyncio.sleep(0.9)
+        calls = trigger_base._SOURCES[asyncio.get_running_loop()]
+        provisioning = dict(next(iter(calls.values())).calls)
+        set_training_job_status(names[1], "InProgress", "Training")
+        lines(names[1], 0, 2)
+        await asyncio.sleep(0.9)
+        for n in names:
+            set_training_job_status(n, "InProgress", "Training")
+            lines(n, 10, 2)
+        await asyncio.sleep(0.9)
+        for n in names:
+            set_training_job_status(n, "Completed")
+        events = {n: await asyncio.wait_for(task, 30) for n, task in tasks.items()}
+        return provisioning, dict(next(iter(calls.values())).calls), events
+
+    provisioning, calls, events = asyncio.run(scenario())
+    assert {e.payload["status"] for e in events.values()} == {"success"}
+    assert provisioning["list"] >= 4 and provisioning.get("logs", 0) == 0, provisioning  # ~7 Lists, no log call
+    assert calls["logs"] >= 3, calls  # rounds again once a job trains
+    assert calls["logs"] <= calls["list"], calls
+    for n in names:
+        expected = ([f"[algo-1] {n} line 0", f"[algo-1] {n} line 1"] if n == names[1] else []) + [
+            f"[algo-1] {n} line 10", f"[algo-1] {n} line 11"]
+        assert [m for m in logs[n] if m.startswith("[algo-1]")] == expected, logs[n]
+
+
+def test_a_tasks_own_wait_reads_no_log_while_its_jobs_are_provisioning(moto_server):
+    """A task's blocking waits on SageMaker make no log call while their jobs' secondary status says no
+    container runs (``Starting``, ``Downloading``): one job (a Describe a round) and several (a List a round,
+    :class:`CoalescedRounds`); the first round after a job trains prints its lines, once."""
+    import logging
+
+    from moto_server import seed_log_stream, set_training_job_status
+
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+    from airflow_smdist.lifecycle import CoalescedRounds, JobLifecycle
+
+    names = in_progress_training_jobs("provwait", 2)
+    for n in names:
+        set_training_job_status(n, "InProgress", "Starting")
+    printed: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            printed.append(record.getMessage())
+
+    log = logging.getLogger(f"smdist.test.wait.{uuid.uuid4().hex}")
+    log.addHandler(Keep())
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
+
+    def train(n: str) -> None:
+        set_training_job_status(n, "InProgress", "Training")
+        seed_log_stream(moto_server, "/aws/sagemaker/TrainingJobs", f"{n}/algo-1-1700000000",
+                        [(int(time.time() * 1000), f"{n} epoch 1")])
+
+    one = JobLifecycle(backend, "training", log=log, poll_interval=0.1)
+    for secondary in ("Starting", "Downloading"):
+        set_training_job_status(names[0], "InProgress", secondary)
+        one.poll(names[0])
+    assert one.calls["describe"] >= 2 and one.calls.get("logs", 0) == 0, one.calls
+    train(names[0])
+    one.poll(names[0])
+    assert one.calls.get("logs", 0) == 1 and printed.count(f"[algo-1] {names[0]} epoch 1") == 1, (one.calls, printed)
+
+    set_training_job_status(names[0], "InProgress", "Downloading")
+    several = JobLifecycle(backend, "training", log=log, poll_interval=0.1)
+    rounds = CoalescedRounds.open(several)
+    assert rounds is not None
+    try:
+        for _ in range(3):
+            rounds.round(names)
+        assert several.calls["list"] >= 3 and several.calls.get("logs", 0) == 0, several.calls
+        train(names[1])
+        rounds.round(names)
+        assert several.calls.get("logs", 0) == 1, several.calls
+        assert printed.count(f"{names[1]} [algo-1] {names[1]} epoch 1") == 1, printed
+    finally:
+        rounds.close()
+
+
 def test_a_new_event_loop_never_gets_the_pollers_of_one_that_is_gone():
     """Pollers are shared per event loop; keyed by id(loop), a new loop at a dead one's address (CPython reuses
     it) got the dead loop's pollers, their events bound to that loop (a test failed in the full suite when its
