@@ -100,10 +100,36 @@ def _capture(trigger, records: list) -> None:
     trigger._cached_logger = logger  # an operator's logger on Airflow >= 3.3 (airflow.sdk's GenericDAGNode.log)
 
 
-def _moto_trigger(name: str, created: float, interval: float, cursor_key: str = "try-1"):
+def _submitted(prefix: str, count: int, tmp_path, monkeypatch) -> tuple[list[str], float]:
+    """``count`` training jobs submitted to the moto server (the triggers' cursors under ``tmp_path``): their
+    names and a creation time just before them."""
+    from airflow_smdist.backends.sagemaker import SageMakerBackend
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
+    backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
+    run = uuid.uuid4().hex[:6]
+    names = [f"{prefix}-{run}-{i}" for i in range(count)]
+    created = time.time() - 5
+    for n in names:
+        backend.submit("training", request(n))
+    return names, created
+
+
+def _first_events(triggers: dict) -> dict[str, asyncio.Future]:
+    """Each trigger run in the running event loop until its first event: a future of that event, by job name."""
+    async def first(t):
+        async for event in t.run():
+            return event
+
+    return {n: asyncio.ensure_future(first(t)) for n, t in triggers.items()}
+
+
+def _moto_trigger(name: str, created: float, interval: float, cursor_key: str = "try-1",
+                  secondary: str | None = None):
+    """A trigger for training job ``name``, set InProgress (secondary status ``secondary``, default Training)."""
     from moto_server import set_training_job_status
 
-    set_training_job_status(name, "InProgress")
+    set_training_job_status(name, "InProgress", secondary)
     return SageMakerDistributedTrainingTrigger(
         job_name=name, backend="sagemaker", aws_conn_id="aws_default", region_name="us-east-1",
         poll_interval=interval, job_status="InProgress", as_of=time.time(), created=created, cursor_key=cursor_key)
@@ -137,11 +163,7 @@ def test_deferred_jobs_cost_one_describe_per_lifetime_with_logs_coalesced_on_mot
         _capture(t, logs[n])
 
     async def scenario():
-        async def first_event(t):
-            async for event in t.run():
-                return event
-
-        tasks = {n: asyncio.ensure_future(first_event(t)) for n, t in triggers.items()}
+        tasks = _first_events(triggers)
         await asyncio.sleep(1.0)
         for n in names:  # more lines while they run, then every job ends
             for host in (1, 2):
@@ -606,16 +628,9 @@ def test_a_job_ending_costs_no_log_call_of_its_own_the_log_round_follows_each_li
     from moto.core.responses import BaseResponse
     from moto_server import seed_log_stream, set_training_job_status
 
-    from airflow_smdist.backends.sagemaker import SageMakerBackend
-
-    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
-    backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
-    run = uuid.uuid4().hex[:6]
-    names = [f"ends-{run}-{i}" for i in range(5)]
-    created = time.time() - 5
+    names, created = _submitted("ends", 5, tmp_path, monkeypatch)
     group = "/aws/sagemaker/TrainingJobs"
     for n in names:
-        backend.submit("training", request(n))
         seed_log_stream(moto_server, group, f"{n}/algo-1-1700000000", [(int(time.time() * 1000), f"{n} first")])
     triggers = {n: _moto_trigger(n, created, 0.4) for n in names}
     logs: dict[str, list[str]] = {n: [] for n in names}
@@ -643,11 +658,7 @@ def test_a_job_ending_costs_no_log_call_of_its_own_the_log_round_follows_each_li
             monkeypatch.setattr(cls, "call_action", recording(vars(cls)["call_action"]))
 
     async def scenario():
-        async def first_event(t):
-            async for event in t.run():
-                return event
-
-        tasks = {n: asyncio.ensure_future(first_event(t)) for n, t in triggers.items()}
+        tasks = _first_events(triggers)
         for n in names:  # one job ends every 2.5 intervals or so, after its last line
             await asyncio.sleep(1.0)
             seed_log_stream(moto_server, group, f"{n}/algo-1-1700000000", [(int(time.time() * 1000), f"{n} last")])
@@ -669,21 +680,11 @@ def test_no_log_call_is_made_while_every_watched_job_is_still_provisioning(moto_
     line of every job reaches its task's log once, in order, before its trigger yields."""
     from moto_server import seed_log_stream, set_training_job_status
 
-    from airflow_smdist.backends.sagemaker import SageMakerBackend
     from airflow_smdist.triggers import base as trigger_base
 
-    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
-    backend = SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1")
-    run = uuid.uuid4().hex[:6]
-    names = [f"prov-{run}-{i}" for i in range(4)]
-    created = time.time() - 5
+    names, created = _submitted("prov", 4, tmp_path, monkeypatch)
     group = "/aws/sagemaker/TrainingJobs"
-    for n in names:
-        backend.submit("training", request(n))
-        set_training_job_status(n, "InProgress", "Starting")
-    triggers = {n: SageMakerDistributedTrainingTrigger(
-        job_name=n, backend="sagemaker", aws_conn_id="aws_default", region_name="us-east-1", poll_interval=0.3,
-        job_status="InProgress", as_of=time.time(), created=created, cursor_key="try-1") for n in names}
+    triggers = {n: _moto_trigger(n, created, 0.3, secondary="Starting") for n in names}
     logs: dict[str, list[str]] = {n: [] for n in names}
     for n, t in triggers.items():
         _capture(t, logs[n])
@@ -694,11 +695,7 @@ def test_no_log_call_is_made_while_every_watched_job_is_still_provisioning(moto_
                         [(now_ms + i, f"{n} line {first + i}") for i in range(count)])
 
     async def scenario():
-        async def first_event(t):
-            async for event in t.run():
-                return event
-
-        tasks = {n: asyncio.ensure_future(first_event(t)) for n, t in triggers.items()}
+        tasks = _first_events(triggers)
         await asyncio.sleep(1.2)
         set_training_job_status(names[0], "InProgress", "Downloading")
         await asyncio.sleep(0.9)
