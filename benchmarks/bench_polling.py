@@ -17,6 +17,9 @@ calls per job lifetime (everything the triggers made from start to their events,
 Describe of each operator's ``execute_complete``, which both operators make), CPU seconds of the event
 loop's thread per interval (the triggerer's side; moto runs in other threads), and the RSS the triggers
 added. Usage: python benchmarks/bench_polling.py [N,N,...] [interval_s] [intervals] [--only smdist|amazon]
+[--provisioning P] (``--provisioning P``: every job is ``Starting``, with no log stream, for P intervals after
+the warm-up before its container starts, as SageMaker jobs spend their first minutes; reported: calls per
+interval meanwhile)
 (``BENCH_PROFILE=path``: also a cProfile of the event loop's thread over the steady intervals, written to
 ``path.<variant>.<N>``; its overhead inflates the CPU figures of that run)
 (``--only smdist``: this provider's trigger alone, e.g. at N=2,000, where the Amazon trigger's warm-up takes
@@ -51,7 +54,39 @@ def rss_mib() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def child(variant: str, n: int, interval: float, intervals: int) -> dict:
+def make_trigger(variant: str, name: str, interval: float, created: float, log: logging.Logger):
+    """The trigger an operator of ``variant`` defers to for training job ``name`` (logging to ``log``)."""
+    if variant == "amazon":
+        from airflow.providers.amazon.aws.triggers.sagemaker import SageMakerTrigger
+
+        t = SageMakerTrigger(job_name=name, job_type="Training", waiter_delay=int(interval),
+                             waiter_max_attempts=10000, aws_conn_id="aws_default", region_name="us-east-1")
+    else:
+        from airflow_smdist.triggers.training import SageMakerDistributedTrainingTrigger
+
+        t = SageMakerDistributedTrainingTrigger(
+            job_name=name, backend="sagemaker", aws_conn_id="aws_default", region_name="us-east-1",
+            poll_interval=interval, print_logs=True, job_status="InProgress", as_of=time.time(),
+            created=created, cursor_key=uuid.uuid4().hex)
+    t._log = log
+    return t
+
+
+def warm(variant: str, calls: Counter, n: int, provisioning: int) -> bool:
+    """Whether every trigger has started and polled once (clients made); for ours, whether the first log round
+    (every job's lines so far, a first sight) is done: the second one has started (no log round while the jobs
+    are still provisioning: then the first List)."""
+    if variant == "amazon":
+        return sum(calls.values()) >= n
+    from airflow_smdist.triggers import base
+
+    status = [p for pollers in list(base._POLLERS.values()) for p in pollers.values()
+              if isinstance(p, base.CoalescedPoller)]
+    return ((provisioning > 0 or calls["FilterLogEvents"] >= 2) and sum(len(p.watchers) for p in status) == n
+            and not any(p.as_of for p in status if hasattr(p, "cursor")))  # first sight done (List)
+
+
+def child(variant: str, n: int, interval: float, intervals: int, provisioning: int = 0) -> dict:
     from moto.core.responses import BaseResponse
     from moto_server import MotoServer, set_training_job_status
 
@@ -90,35 +125,24 @@ def child(variant: str, n: int, interval: float, intervals: int) -> dict:
             OutputDataConfig={"S3OutputPath": "s3://b/out"},
             ResourceConfig={"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
             StoppingCondition={"MaxRuntimeInSeconds": 3600})
-        set_training_job_status(name, "InProgress")
-        stream = f"{name}/algo-1-1700000000"
-        logs.create_log_stream(group, stream)
-        logs.put_log_events(group, stream, [{"timestamp": now_ms + i, "message": f"line {i}"} for i in range(3)])
+        # provisioning: "Starting" first (no container, no log stream), as a SageMaker job spends its first minutes
+        set_training_job_status(name, "InProgress", "Starting" if provisioning else None)
+
+    def start_containers() -> None:  # each job's container writes its first lines
+        for name in names:
+            stream = f"{name}/algo-1-1700000000"
+            logs.create_log_stream(group, stream)
+            logs.put_log_events(group, stream, [{"timestamp": now_ms + i, "message": f"line {i}"} for i in range(3)])
+
+    if not provisioning:
+        start_containers()
     created = time.time() - 1
     quiet = logging.getLogger(f"bench.{variant}")
     quiet.addHandler(logging.NullHandler())
     quiet.setLevel(logging.INFO)
     quiet.propagate = False
 
-    def make(name):
-        if variant == "amazon":
-            from airflow.providers.amazon.aws.triggers.sagemaker import SageMakerTrigger
-
-            t = SageMakerTrigger(job_name=name, job_type="Training", waiter_delay=int(interval),
-                                 waiter_max_attempts=10000, aws_conn_id="aws_default", region_name="us-east-1")
-        else:
-            from airflow_smdist.triggers.training import (
-                SageMakerDistributedTrainingTrigger,
-            )
-
-            t = SageMakerDistributedTrainingTrigger(
-                job_name=name, backend="sagemaker", aws_conn_id="aws_default", region_name="us-east-1",
-                poll_interval=interval, print_logs=True, job_status="InProgress", as_of=time.time(),
-                created=created, cursor_key=uuid.uuid4().hex)
-        t._log = quiet
-        return t
-
-    triggers = [make(name) for name in names]
+    triggers = [make_trigger(variant, name, interval, created, quiet) for name in names]
     calls.clear()
     rss0 = rss_mib()
     out: dict = {"variant": variant, "n": n, "interval": interval, "intervals": intervals}
@@ -129,23 +153,22 @@ def child(variant: str, n: int, interval: float, intervals: int) -> dict:
                 return event.payload
 
         tasks = [asyncio.ensure_future(first(t)) for t in triggers]
-        t0 = time.monotonic()  # warm-up: every trigger has started and polled once (clients made); for ours,
-        # the first log round (every job's lines so far, a first sight) is done once the second one starts
+        t0 = time.monotonic()  # warm-up (see warm())
 
-        def warm() -> bool:
-            if variant == "amazon":
-                return sum(calls.values()) >= n
-            from airflow_smdist.triggers import base
-
-            status = [p for pollers in list(base._POLLERS.values()) for p in pollers.values()
-                      if isinstance(p, base.CoalescedPoller)]
-            return (calls["FilterLogEvents"] >= 2 and sum(len(p.watchers) for p in status) == n
-                    and not any(p.as_of for p in status if hasattr(p, "cursor")))  # first sight done (List)
-
-        while not warm() and time.monotonic() - t0 < 600:  # noqa: ASYNC110 - the counter is bumped by moto's server threads
+        while not warm(variant, calls, n, provisioning) and time.monotonic() - t0 < 600:  # noqa: ASYNC110 - the counter is bumped by moto's server threads
             await asyncio.sleep(0.2)
         out["warm_up_s"] = time.monotonic() - t0
         await asyncio.sleep(interval * 0.5)
+        if provisioning:  # every job still Starting for this many intervals, then its container starts
+            before = sum(calls.values())
+            await asyncio.sleep(interval * provisioning)
+            out["provisioning_calls_per_interval"] = (sum(calls.values()) - before) / provisioning
+            for name in names:
+                set_training_job_status(name, "InProgress", "Training")
+            start_containers()
+            # the two Lists that see them train (the second through its settle window, LIST_SETTLE_SECONDS) and
+            # the log rounds after them: the steady intervals below start once that has passed
+            await asyncio.sleep(interval * 2.5)
         profiler = None
         if os.environ.get("BENCH_PROFILE"):  # cProfile of the event loop's thread over the steady intervals
             import cProfile
@@ -176,9 +199,14 @@ def child(variant: str, n: int, interval: float, intervals: int) -> dict:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print("RESULT " + json.dumps(child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))))
+        print("RESULT " + json.dumps(child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]),
+                                           int(sys.argv[6]))))
         return
     args = sys.argv[1:]
+    provisioning = 0
+    if "--provisioning" in args:
+        provisioning = int(args.pop(args.index("--provisioning") + 1))
+        args.remove("--provisioning")
     variants: tuple[str, ...] = ("amazon", "smdist")
     if "--only" in args:
         variants = (args.pop(args.index("--only") + 1),)
@@ -190,7 +218,8 @@ def main() -> None:
     load_before = load_note()
     for n in ns:
         for variant in variants:  # interleaved, so load hits both alike
-            proc = subprocess.run([sys.executable, __file__, "--child", variant, str(n), str(interval), str(intervals)],
+            proc = subprocess.run([sys.executable, __file__, "--child", variant, str(n), str(interval), str(intervals),
+                                   str(provisioning)],
                                   capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}, check=False)
             line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
             if not line:
@@ -200,13 +229,17 @@ def main() -> None:
             results[(variant, n)] = json.loads(line[-1][len("RESULT "):])
             print(json.dumps(results[(variant, n)]), flush=True)
     if len(variants) == 1:
-        return report_one(variants[0], ns, results, interval, intervals, load_before)
+        return report_one(variants[0], ns, results, interval, intervals, load_before, provisioning)
     rows = []
     for n in ns:
         a, s = results.get(("amazon", n)), results.get(("smdist", n))
         if not a or not s:
             rows.append((f"N={n}", "run failed", "-"))
             continue
+        if provisioning:
+            rows.append((f"N={n}: API calls per interval while every job is Starting, Amazon / smdist",
+                         f"{a['provisioning_calls_per_interval']:.1f} / {s['provisioning_calls_per_interval']:.1f}",
+                         f"{s['provisioning_calls_per_interval'] / a['provisioning_calls_per_interval']:.4f}"))
         rows += [
             (f"N={n}: API calls per interval, Amazon SageMakerTrigger (baseline)", f"{a['calls_per_interval']:.1f}",
              "1.00"),
@@ -221,12 +254,21 @@ def main() -> None:
         ]
     report("Deferred waiting on N jobs: Amazon provider's SageMakerTrigger vs the smdist trigger (moto server)",
            rows, note=f"poll interval {interval:g} s, {intervals} steady intervals; one process and one moto server "
-                      f"per run, runs interleaved. {load_before} Jobs live {intervals + 2} to {intervals + 3} "
-                      "intervals here; calls per job lifetime include execute_complete's Describe. Raw: "
+                      f"per run, runs interleaved. {load_before} {lifetime(intervals, provisioning)}; calls per job "
+                      "lifetime include execute_complete's Describe. Raw: "
                       + json.dumps({f"{k[0]}/{k[1]}": v for k, v in results.items()}))
 
 
-def report_one(variant: str, ns: list[int], results: dict, interval: float, intervals: int, load_before: str) -> None:
+def lifetime(intervals: int, provisioning: int) -> str:
+    """How long the benchmark's jobs live, in poll intervals."""
+    if not provisioning:
+        return f"Jobs live {intervals + 2} to {intervals + 3} intervals here"
+    return (f"Jobs live {intervals + provisioning + 5} to {intervals + provisioning + 6} intervals here, the first "
+            f"{provisioning + 1} or so Starting (no container, no log stream yet)")
+
+
+def report_one(variant: str, ns: list[int], results: dict, interval: float, intervals: int, load_before: str,
+               provisioning: int = 0) -> None:
     """One trigger at several N: its numbers, and their growth against its smallest N (flat: 1.00)."""
     base = results.get((variant, ns[0]))
     rows = []
@@ -235,6 +277,9 @@ def report_one(variant: str, ns: list[int], results: dict, interval: float, inte
         if not r or not base:
             rows.append((f"N={n}", "run failed", "-"))
             continue
+        if provisioning:
+            rows.append((f"N={n}: API calls per interval while every job is Starting",
+                         f"{r['provisioning_calls_per_interval']:.1f}", "-"))
         rows += [
             (f"N={n}: API calls per interval", f"{r['calls_per_interval']:.1f}",
              f"{r['calls_per_interval'] / max(base['calls_per_interval'], 1e-9):.2f}"),
@@ -247,7 +292,7 @@ def report_one(variant: str, ns: list[int], results: dict, interval: float, inte
         ]
     report(f"Deferred waiting on N jobs: the {variant} trigger alone, growth with N (baseline: N={ns[0]})", rows,
            note=f"poll interval {interval:g} s, {intervals} steady intervals; one process and one moto server per "
-                f"run. {load_before} Raw: " + json.dumps({f"{k[0]}/{k[1]}": v for k, v in results.items()}))
+                f"run. {load_before} {lifetime(intervals, provisioning)}. Raw: " + json.dumps({f"{k[0]}/{k[1]}": v for k, v in results.items()}))
 
 
 if __name__ == "__main__":
