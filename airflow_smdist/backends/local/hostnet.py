@@ -348,14 +348,9 @@ class JobNetwork:
         to one bridge). With ``nat``, also start its NAT (:meth:`add_nat`; :meth:`settle` finishes it, with the
         gateway); returns why the job cannot have NAT here (else None). ``owner``: the process the network
         belongs to, as :func:`.store.owner_alive` reads it (default: this one)."""
-        from airflow_smdist.backends.local.store import locked
+        from airflow_smdist.backends.local.store import locked, this_process
 
-        if owner is None:
-            import psutil
-
-            me = psutil.Process()
-            owner = {"pid": me.pid, "create_time": me.create_time()}
-
+        owner = owner or this_process()
         with locked(_lock_path()):
             reclaim(tables=False)  # a job's end deletes tables of no job (remove), off the job's start
             taken = tuple(ipaddress.IPv4Network(e["subnet"]) for e in _registered().values()

@@ -95,6 +95,14 @@ def read_jsonl(path: Path, offset: int = 0) -> tuple[list[Any], int]:
     return records, offset + len(complete)
 
 
+def this_process() -> dict:
+    """This process as :func:`owner_alive` reads an owner: ``{"pid": ..., "create_time": ...}`` (psutil's)."""
+    import psutil
+
+    me = psutil.Process()
+    return {"pid": me.pid, "create_time": me.create_time()}
+
+
 def owner_alive(owner: dict) -> bool:
     """Whether the process recorded as ``{"pid": ..., "create_time": ...}`` (psutil's) still runs: the same
     process, not a later one given its pid, and not a zombie."""

@@ -30,6 +30,7 @@ from airflow_smdist.backends.local.store import (
     locked,
     owner_alive,
     read_json,
+    this_process,
     write_json_atomic,
 )
 from airflow_smdist.storage import Storage, StoredObject, parse_uri
@@ -142,14 +143,12 @@ def free_port(preferred: int) -> int:
     The reservation is made under one machine-wide lock, so two jobs started at once never get the same
     port (probing alone would give both 7777). Only the fallback mode needs it: namespaced hosts have
     their own network stacks."""
-    import psutil
-
-    me = psutil.Process()
+    me = this_process()
     with locked(PORTS_FILE.with_suffix(".lock")):
         table = {k: v for k, v in (read_json(PORTS_FILE, {}) or {}).items() if owner_alive(v)}
         for port in [preferred, *range(max(preferred, 1024) + 1, 65535)]:
             if str(port) not in table and _bindable(port):
-                table[str(port)] = {"pid": me.pid, "create_time": me.create_time()}
+                table[str(port)] = me
                 write_json_atomic(PORTS_FILE, table)
                 return port
     raise RuntimeError("no free TCP port")
