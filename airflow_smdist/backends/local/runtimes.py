@@ -467,15 +467,17 @@ def uv_source_args() -> list[str]:
 
 
 def local_torch_version() -> str | None:
-    """The CPU torch wheel of this machine (find-links directories), else the worker's torch: the only torch a
-    runtime may get (a CUDA build is gigabytes)."""
+    """The CPU torch wheel of this machine (find-links directories) built for this Python (a cp311 wheel cannot
+    install into a 3.12 runtime), else the worker's torch: the only torch a runtime may get (a CUDA build is
+    gigabytes). None: neither, and a runtime asks the indexes for the image's torch."""
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
     for link in _pip_config()["find-links"]:
         path = link.removeprefix("file://")
         if not os.path.isdir(path):
             continue
         for name in sorted(os.listdir(path), reverse=True):
-            m = re.match(r"^torch-([0-9][^-]*\+cpu)-", name)
-            if m:
+            m = re.match(r"^torch-([0-9][^-]*\+cpu)-(cp[0-9]+)-", name)
+            if m and m.group(2) == tag:
                 return m.group(1)
     try:
         from importlib.metadata import version
