@@ -13,6 +13,7 @@ import os
 import re
 import select
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -125,7 +126,15 @@ def shard(objects: list, rank: int, n_hosts: int) -> list:
     return [o for i, o in enumerate(ordered) if i % n_hosts == rank]
 
 
-PORTS_FILE = Path(tempfile.gettempdir()) / "smdist-ports.json"
+#: where the fallback's port reservations live: one directory per user, ``smdist-ports-<uid>/`` (its table
+#: ``ports.json`` and ``lock``), each written by its user only and readable by all (a reservation is a pid and
+#: a start time), so no user's table can be in another's way, and a user reads everyone's
+PORTS_BASE = Path(tempfile.gettempdir())
+PORTS_TABLE = "ports.json"
+
+
+class PortTableError(RuntimeError):
+    """The port table's location cannot be used (made by another user, not a directory, not writable)."""
 
 
 def _bindable(port: int) -> bool:
@@ -137,29 +146,90 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def ports_dir() -> Path:
+    """This user's port table directory (made 0755 on first use); a clear error when it is unusable."""
+    uid = os.geteuid()
+    path = PORTS_BASE / f"smdist-ports-{uid}"
+    fix = f"remove {path}, or give the Airflow worker a TMPDIR of its own"
+    try:
+        path.mkdir(mode=0o755)
+        os.chmod(path, 0o755)  # whatever the umask: other users read the table
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise PortTableError(f"the local backend's port table {path} cannot be made ({exc.strerror}): "
+                             f"{fix}") from exc
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
+        raise PortTableError(f"the local backend's port table {path} is not a directory that only this user "
+                             f"(uid {uid}) can write (owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}): "
+                             f"{fix}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise PortTableError(f"the local backend's port table {path} is not writable here: {fix}")
+    return path
+
+
+def _write_table(path: Path, table: dict) -> None:
+    """``path`` whole or not at all, readable by every user (0644): other users' jobs skip what it holds."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o644)
+        f.write(json.dumps(table, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _others_reserved(mine: Path) -> set[str]:
+    """The ports other users' running jobs hold in their tables (an unreadable or torn table holds none)."""
+    held: set[str] = set()
+    for table in PORTS_BASE.glob(f"smdist-ports-*/{PORTS_TABLE}"):
+        if table.parent == mine.parent:
+            continue
+        try:
+            entries = json.loads(table.read_text()) or {}
+        except (OSError, ValueError):
+            continue
+        held.update(k for k, v in entries.items() if isinstance(v, dict) and owner_alive(v))
+    return held
+
+
 def free_port(preferred: int) -> int:
     """``preferred`` when nothing listens on it on any address and no running local job (of any local root
-    on this machine) holds it, else the next such port; held for this process until :func:`release_ports`.
-    The reservation is made under one machine-wide lock, so two jobs started at once never get the same
-    port (probing alone would give both 7777). Only the fallback mode needs it: namespaced hosts have
-    their own network stacks."""
+    or user on this machine) holds it, else the next such port; held for this process until
+    :func:`release_ports`. A probe alone would give two jobs started at once the same port (neither listens
+    yet), so a port is reserved in this user's table under its lock, and a user's jobs skip the ports in
+    every other user's table; when two users reserve the same port at the same moment, whoever sees the
+    other's reservation after writing its own moves on (write, then look: one always sees the other). Only
+    the fallback mode needs it: namespaced hosts have their own network stacks."""
     me = this_process()
-    with locked(PORTS_FILE.with_suffix(".lock")):
-        table = {k: v for k, v in (read_json(PORTS_FILE, {}) or {}).items() if owner_alive(v)}
+    mine = ports_dir() / PORTS_TABLE
+    with locked(mine.with_name("lock")):
+        table = {k: v for k, v in (read_json(mine, {}) or {}).items() if owner_alive(v)}
+        others = _others_reserved(mine)
         for port in [preferred, *range(max(preferred, 1024) + 1, 65535)]:
-            if str(port) not in table and _bindable(port):
-                table[str(port)] = me
-                write_json_atomic(PORTS_FILE, table)
+            key = str(port)
+            if key in table or key in others or not _bindable(port):
+                continue
+            table[key] = me
+            _write_table(mine, table)
+            if key not in _others_reserved(mine):
                 return port
+            del table[key]  # another user's job took it at the same moment
+            _write_table(mine, table)
     raise RuntimeError("no free TCP port")
 
 
 def release_ports() -> None:
     """Give back every port this process reserved with :func:`free_port`."""
     me = os.getpid()
-    with locked(PORTS_FILE.with_suffix(".lock")):
-        table = read_json(PORTS_FILE, {}) or {}
-        write_json_atomic(PORTS_FILE, {k: v for k, v in table.items() if v.get("pid") != me})
+    mine = PORTS_BASE / f"smdist-ports-{os.geteuid()}" / PORTS_TABLE
+    if not mine.exists():  # nothing reserved (namespaced hosts reserve nothing): nothing made either
+        return
+    with locked(mine.with_name("lock")):
+        table = read_json(mine, {}) or {}
+        kept = {k: v for k, v in table.items() if v.get("pid") != me}
+        if kept != table:
+            _write_table(mine, kept)
 
 
 #: how often a supervisor looks at the stop file, MaxRuntimeInSeconds and its periodic work while hosts run
