@@ -1,80 +1,106 @@
-"""Image URIs, looked up in the SageMaker Python SDK's bundled image tables, read as data (no network).
+"""Image URIs, looked up in the SageMaker Python SDK's image tables, which ship inside this package as data.
 
-The SDK ships the ECR account, repository and tag of every first-party image as JSON files
-(``sagemaker/core/image_uri_config/<framework>.json`` in the ``sagemaker-core`` distribution; SDK 2.x:
-``sagemaker/image_uri_config/``) and resolves them with ``image_uris.retrieve``. Importing that module costs
-about two seconds (much more on a loaded worker), in every task that looks an image up. So
-:func:`lookup_image_uri` reads the same JSON files directly (cached per process) and follows
-``retrieve``'s rules for the cases this provider's builders meet: CPU/GPU training and processing images of
-the frameworks, built-in algorithms and Spark, in every region and version the tables hold. The rarer
-branches of ``retrieve`` (Neuron/Trainium and Graviton instance families, p2/p4d special cases, a missing
-version) are handed to the SDK itself, so the answer is always ``retrieve``'s; a test compares the two for
-every framework, version and Python version the builders accept. The ECR hostname of a region comes from
-botocore's endpoint data, as in the SDK.
+The SDK resolves the ECR account, repository and tag of every first-party image from JSON files
+(``sagemaker/core/image_uri_config/<framework>.json`` in the ``sagemaker-core`` distribution) with
+``image_uris.retrieve``. Those files, for the frameworks this provider's builders look up, are copied into
+``airflow_smdist/specs/image_tables/`` by ``scripts/refresh_image_tables.py`` (``SOURCE.json`` there names the
+distribution and version copied from; docs/image-tables.md has the list), so the provider installs and looks
+images up without the SDK, which cannot install beside Airflow 3 on Python 3.12+ (issue 30), and a task
+never pays the SDK's import (about two seconds).
+
+:func:`lookup_image_uri` follows ``retrieve``'s rules (``sagemaker/core/image_uris.py`` and ``fw_utils.py`` of
+sagemaker-core 2.27) for everything the builders can reach: CPU/GPU images of the frameworks, built-in
+algorithms and Spark in every region and version the tables hold; Trainium and Inferentia instance types
+(the ``<framework>-neuron`` tables, the Neuron SDK version in the tag, the Trainium framework check);
+Graviton families (``inference_graviton``, the arm64 tags); the P2 deprecation; the p4d/smdistributed
+container versions; the latest version when none is given; ``retrieve``'s ValueError messages verbatim.
+What the tables cannot answer raises SpecError asking for ``image_uri``: ``retrieve``'s JumpStart, Elastic
+Inference, training-compiler, serverless and explicit Neuron SDK arguments, and frameworks whose table is not
+packaged. tests/unit/test_images.py compares the answers with ``retrieve`` for every framework, version and
+Python version the builders accept, and the tables with the SDK's files. The ECR hostname of a region comes
+from botocore's endpoint data, as in the SDK.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 from functools import cache, lru_cache
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 from airflow_smdist.specs.errors import SpecError
 
 #: Frameworks :func:`framework_image_uri` resolves: the Deep Learning Containers, and the SageMaker
 #: scikit-learn and XGBoost framework containers (script mode, e.g. framework_version "1.2-1").
 FRAMEWORKS = ("pytorch", "tensorflow", "huggingface", "sklearn", "xgboost")
+#: Frameworks ``retrieve`` resolves from ``<framework>-neuron.json`` on inf*/trn* instance types.
+NEURON_FRAMEWORKS = ("huggingface", "pytorch")
 
-#: ``retrieve``'s constants (sagemaker.core.image_uris / sagemaker.core.fw_utils) that decide its branches.
-_GRAVITON_FAMILIES = frozenset({"m6g", "m6gd", "c6g", "c6gd", "c6gn", "c7g", "r6g", "r6gd"})
+_TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "image_tables")
+_SOURCE = "SOURCE.json"
+
+# retrieve's constants (sagemaker.core.image_uris / sagemaker.core.fw_utils) that decide its branches.
+_GRAVITON_FAMILIES = ("m6g", "m6gd", "c6g", "c6gd", "c6gn", "c7g", "r6g", "r6gd")  # the SDK's order (messages)
+_GRAVITON_FRAMEWORKS = {"tensorflow", "pytorch", "xgboost", "sklearn"}  # a set, formatted as one in a message
+_TRAINIUM_FRAMEWORKS = "pytorch"  # a string: retrieve tests ``framework in "pytorch"``
+_INFERENCE_GRAVITON = "inference_graviton"
 _CONTAINER_VERSION_SUFFIX = frozenset({"huggingface", "pytorch-smp", "spark"})
+_NEURON_SDK_REPOS = ("pytorch-training-neuron", "pytorch-training-neuronx", "huggingface-vllm-inference-neuronx")
+_HF_NEURON_REPOS = ("huggingface-pytorch-inference-neuron", "huggingface-pytorch-inference-neuronx")
+_HF_TRCOMP_REPOS = ("huggingface-pytorch-trcomp-training", "huggingface-tensorflow-trcomp-training")
+_ARM64_TAGS = {"xgboost": {"1.5-1": "1.5-1-arm64", "1.3-1": "1.3-1-arm64"},
+               "sklearn": {"1.0-1": "1.0-1-arm64-cpu-py3"}}
+#: ``_get_image_tag``'s CUDA suffixes, added on p4d or with ``smdistributed`` in the distribution.
+_AUTO_CONTAINER_VERSIONS = {
+    "tensorflow-2.3-gpu-py37": "cu110-ubuntu18.04-v3",
+    "tensorflow-2.3.1-gpu-py37": "cu110-ubuntu18.04",
+    "tensorflow-2.3.2-gpu-py37": "cu110-ubuntu18.04",
+    "tensorflow-1.15-gpu-py37": "cu110-ubuntu18.04-v8",
+    "tensorflow-1.15.4-gpu-py37": "cu110-ubuntu18.04",
+    "tensorflow-1.15.5-gpu-py37": "cu110-ubuntu18.04",
+    "mxnet-1.8-gpu-py37": "cu110-ubuntu16.04-v1",
+    "mxnet-1.8.0-gpu-py37": "cu110-ubuntu16.04",
+    "pytorch-1.6-gpu-py36": "cu110-ubuntu18.04-v3",
+    "pytorch-1.6.0-gpu-py36": "cu110-ubuntu18.04",
+    "pytorch-1.6-gpu-py3": "cu110-ubuntu18.04-v3",
+    "pytorch-1.6.0-gpu-py3": "cu110-ubuntu18.04",
+}
 _FAMILY = re.compile(r"^ml[\._]([a-z\d\-]+)\.?\w*$")
+_BASE = re.compile("^(pytorch|tensorflow)(.*)$")
+_INSTANCE_TYPES_PAGE = "https://aws.amazon.com/sagemaker/pricing/instance-types"
 
 
-class _NeedsSDK(Exception):
-    """A branch of ``image_uris.retrieve`` this module does not reproduce: ask the SDK."""
+def config_dir() -> str:
+    """The folder of the packaged image tables (``<framework>.json``, as in the SDK's ``image_uri_config``)."""
+    return _TABLES
 
 
-def _sdk_retrieve() -> Callable[..., str]:
-    try:
-        from sagemaker.core import image_uris  # SDK 3.x (sagemaker-core)
-    except ImportError:
-        try:
-            from sagemaker import image_uris  # SDK 2.x
-        except ImportError:
-            raise SpecError(
-                "image_uri",
-                "cannot be looked up: the sagemaker SDK (which carries the image tables) is not installed.",
-                "pip install sagemaker-core, or pass image_uri explicitly.",
-            ) from None
-    return cast("Callable[..., str]", image_uris.retrieve)
+@cache
+def table_source() -> dict[str, Any]:
+    """``SOURCE.json``: the distribution and version the tables were copied from, the folder, the frameworks
+    and each original file's SHA-256 (written by ``scripts/refresh_image_tables.py``)."""
+    with open(os.path.join(_TABLES, _SOURCE), encoding="utf-8") as f:
+        return cast("dict[str, Any]", json.load(f))
 
 
-@lru_cache(maxsize=1)
-def config_dir() -> str | None:
-    """The SDK's ``image_uri_config`` folder, found without importing the SDK (None: not installed)."""
-    spec = importlib.util.find_spec("sagemaker")
-    for base in (spec.submodule_search_locations or []) if spec else []:
-        for sub in (("core", "image_uri_config"), ("image_uri_config",)):
-            path = os.path.join(base, *sub)
-            if os.path.isdir(path):
-                return path
-    return None
+def packaged_frameworks() -> list[str]:
+    """The frameworks whose image table ships with the package."""
+    return list(table_source()["frameworks"])
 
 
 @cache
 def _config(framework: str) -> dict[str, Any]:
-    folder = config_dir()
-    if folder is None:
-        raise _NeedsSDK(framework)  # the SDK's own error says what to install
-    try:
-        with open(os.path.join(folder, f"{framework}.json")) as f:
-            return cast("dict[str, Any]", json.load(f))
-    except FileNotFoundError:
-        raise _NeedsSDK(framework) from None
+    if framework not in packaged_frameworks():
+        source = table_source()
+        raise SpecError(
+            "image_uri",
+            f"airflow-smdist carries no image table for {framework!r}: it ships the SageMaker SDK's tables "
+            f"({source['distribution']} {source['version']}) of the frameworks its builders look up only "
+            f"({', '.join(packaged_frameworks())}).",
+            "pass image_uri explicitly (the SageMaker SDK's image_uris.retrieve prints it).")
+    with open(os.path.join(_TABLES, f"{framework}.json"), encoding="utf-8") as f:
+        return cast("dict[str, Any]", json.load(f))
 
 
 @cache
@@ -87,7 +113,8 @@ def _ecr_hostname(region: str) -> str:
     if region == "il-central-1" and not data:
         data = {"hostname": f"ecr.{region}.amazonaws.com"}
     if not data:
-        raise _NeedsSDK(region)
+        raise SpecError("region", f"botocore knows no ECR endpoint in {region!r}, for which the image tables list "
+                        "an account.", "upgrade botocore, or pass image_uri explicitly.")
     return str(data["hostname"])
 
 
@@ -103,6 +130,34 @@ def _family(instance_type: str | None) -> str:
     return match[1] if match else ""
 
 
+def _inference_tool(framework: str, family: str) -> str | None:
+    """``_get_inference_tool``: "neuron" for PyTorch and Hugging Face on inf*/trn* families."""
+    if framework == "huggingface" or framework in _TRAINIUM_FRAMEWORKS:
+        if family.startswith(("inf", "trn")):
+            return "neuron"
+    return None
+
+
+def _final_scope(framework: str, family: str, image_scope: str | None) -> str | None:
+    """``_get_final_image_scope``: Graviton families take the ``inference_graviton`` images; XGBoost and
+    scikit-learn default to ``training``."""
+    if framework in _GRAVITON_FRAMEWORKS and family in _GRAVITON_FAMILIES:
+        return _INFERENCE_GRAVITON
+    if image_scope is None and framework in ("xgboost", "sklearn"):
+        return "training"
+    return image_scope
+
+
+def _check_instance_framework(framework: str, instance_type: str | None, family: str) -> None:
+    """``_validate_for_suppported_frameworks_and_instance_type``: Trainium and Graviton frameworks."""
+    if instance_type is not None and "trn" in instance_type and framework not in _TRAINIUM_FRAMEWORKS:
+        raise ValueError(f"Unsupported framework: {framework}. "
+                         f"Supported framework(s) for Trainium instances: {_TRAINIUM_FRAMEWORKS}.")
+    if instance_type is not None and family in _GRAVITON_FAMILIES and framework not in _GRAVITON_FRAMEWORKS:
+        raise ValueError(f"Unsupported framework: {framework}. "
+                         f"Supported framework(s) for Graviton instances: {_GRAVITON_FRAMEWORKS}.")
+
+
 def _scope_config(framework: str, image_scope: str | None) -> dict[str, Any]:
     config = _config(framework)
     scopes = config.get("scope", list(config.keys()))
@@ -114,24 +169,57 @@ def _scope_config(framework: str, image_scope: str | None) -> dict[str, Any]:
     return config if "scope" in config else cast("dict[str, Any]", config[str(image_scope)])
 
 
-def _processor(instance_type: str | None, available: list[str] | None) -> str | None:
-    if not available:
-        return None
-    if len(available) == 1 and not instance_type:
-        return str(available[0])
-    if not instance_type or instance_type.startswith(("local", "neuron")):
-        raise _NeedsSDK(instance_type)
-    family = _family(instance_type)
-    if not family:
-        raise _NeedsSDK(instance_type)  # the SDK's "Invalid SageMaker instance type" message
-    if family in available:
-        processor = family
-    elif family[0] in ("g", "p"):
-        processor = "gpu"
+def _latest_version_in(config: dict[str, Any], image_scope: str | None) -> str | None:
+    """``_fetch_latest_version_from_config``: the ``latest`` alias, else the newer of the first and last."""
+    scoped = config[image_scope] if image_scope in config else None
+    if scoped and "version_aliases" in scoped and "latest" in scoped["version_aliases"]:
+        return str(scoped["version_aliases"]["latest"])
+    versions: list[str]
+    if "versions" in config:
+        versions = list(config["versions"])
+        if len(versions) == 1:
+            return versions[0]
+        if "latest" in (versions[0], versions[-1]):
+            return None
+    elif image_scope is not None and image_scope in config and "versions" in config[image_scope]:
+        versions = list(config[image_scope]["versions"])
+    elif "processing" in config and "versions" in config["processing"]:
+        versions = list(config["processing"]["versions"])
     else:
-        processor = "cpu"
-    _check(processor, available, "processor")
-    return processor
+        return None
+    top, bottom = versions[0], versions[-1]
+    if not (top and bottom):
+        return None
+    if top.endswith(".x") or bottom.endswith(".x"):
+        return f"{max(int(top[:-2]), int(bottom[:-2]))}.x"
+    from packaging.version import Version
+
+    return top if Version(top) >= Version(bottom) else bottom
+
+
+def _version(version: str | None, config: dict[str, Any], framework: str, image_scope: str | None) -> str | None:
+    """``_validate_version_and_set_if_needed``: the only version, else the given (or latest) one, checked."""
+    available: list[str] = list(config["versions"])
+    aliased: list[str] = list(config.get("version_aliases", {}))
+    if len(available) == 1 and version not in aliased:
+        return available[0]
+    if not version:
+        framework_config = _config(framework)
+        if not framework_config:
+            raise ValueError(f"Invalid framework {framework}")
+        version = _latest_version_in(framework_config, image_scope)
+    _check(version, available + aliased, f"{framework} version")
+    return version
+
+
+def _huggingface(version_config: dict[str, Any], base_framework_version: str | None) -> dict[str, Any]:
+    aliases = version_config.get("version_aliases")
+    if not aliases:
+        raise SpecError("base_framework_version", "the packaged huggingface table lists no base framework "
+                        "versions for this transformers version.", "pass image_uri explicitly.")
+    full = aliases.get(base_framework_version, base_framework_version)
+    _check(full, list(version_config.keys()), "base framework")
+    return cast("dict[str, Any]", version_config.get(full))
 
 
 def _py_version(py_version: str | None, version_config: dict[str, Any], framework: str) -> str | None:
@@ -146,64 +234,148 @@ def _py_version(py_version: str | None, version_config: dict[str, Any], framewor
     return py_version
 
 
-def _huggingface(version_config: dict[str, Any], base_framework_version: str | None) -> dict[str, Any]:
-    aliases = version_config.get("version_aliases")
-    if not aliases:
-        raise _NeedsSDK("huggingface without version_aliases")
-    full = aliases.get(base_framework_version, base_framework_version)
-    _check(full, list(version_config.keys()), "base framework")
-    return cast("dict[str, Any]", version_config.get(full))
+def _processor(instance_type: str | None, available: list[str] | None) -> str | None:
+    """``_processor``: the family when the table names it, else inf/trn/gpu/cpu; checked against the table."""
+    if not available:
+        return None
+    if len(available) == 1 and not instance_type:
+        return str(available[0])
+    if not instance_type:
+        raise ValueError(f"Empty SageMaker instance type. For options, see: {_INSTANCE_TYPES_PAGE}")
+    if instance_type.startswith("local"):
+        processor = "cpu" if instance_type == "local" else "gpu"
+    elif instance_type.startswith("neuron"):
+        processor = "neuron"
+    else:
+        family = _family(instance_type)
+        if not family:
+            raise ValueError(f"Invalid SageMaker instance type: {instance_type}. For options, see: "
+                             f"{_INSTANCE_TYPES_PAGE}")
+        if family in available:
+            processor = family
+        elif family.startswith(("inf", "trn")):
+            processor = family[:3]
+        else:
+            processor = "gpu" if family[0] in ("g", "p") else "cpu"
+    _check(processor, available, "processor")
+    return processor
 
 
-def _tag_prefix(framework: str, version: str | None, config: dict[str, Any], version_config: dict[str, Any],
-                base_framework_version: str | None) -> str:
-    if framework != "huggingface":
-        return str(version_config.get("tag_prefix", version))
-    match = re.match("^(pytorch|tensorflow)(.*)$", base_framework_version or "")
+def _base_version(base_framework_version: str | None) -> str:
+    match = _BASE.match(base_framework_version) if isinstance(base_framework_version, str) else None
     if match is None:
-        raise _NeedsSDK(base_framework_version)
-    return f"{match.group(2)}-transformers{config.get('version_aliases', {}).get(version, version)}"
+        raise SpecError("base_framework_version", f"{base_framework_version!r} names neither PyTorch nor TensorFlow.",
+                        "write it as the SDK does, e.g. 'pytorch2.5.1', or pass image_uri explicitly.")
+    return match.group(2)
 
 
-def _check_route(framework: str, instance_type: str | None, version: str | None, image_scope: str | None,
-                 kwargs: dict[str, Any]) -> None:
-    """Raise _NeedsSDK for the branches of ``retrieve`` not reproduced here."""
+def _latest_sdk(version_config: dict[str, Any]) -> str:
+    return str(sorted(version_config["sdk_versions"], reverse=True)[0])
+
+
+def _prefix_and_container_version(framework: str, config: dict[str, Any], version_config: dict[str, Any],
+                                  version: str | None, original_version: str | None, base: str | None,
+                                  container_version: str | None) -> tuple[str | None, str | None]:
+    """The tag's first part, and its container version with the Neuron SDK version put in front where
+    ``retrieve`` does (Trainium training images; Hugging Face's Inferentia images)."""
+    repo = version_config["repository"]
+    if repo in _NEURON_SDK_REPOS:
+        container_version = f"{_latest_sdk(version_config)}-{container_version}"
+    if framework != "huggingface":
+        return version_config.get("tag_prefix", version), container_version
+    pt_or_tf = _base_version(base)
+    transformers = config.get("version_aliases", {}).get(version, version)
+    if repo in _HF_TRCOMP_REPOS:
+        transformers = version
+    if repo in _HF_NEURON_REPOS:
+        container_version = f"{_latest_sdk(version_config)}-{container_version}"
+        transformers = (config.get("version_aliases") or {}).get(original_version) or transformers
+        inner = config.get("versions", {}).get(transformers, {}).get("version_aliases", {}).get(base, {})
+        if inner:
+            pt_or_tf = _base_version(inner)
+    return f"{pt_or_tf}-transformers{transformers}", container_version
+
+
+def _check_deprecated(framework: str, family: str, version: str | None) -> None:
+    """``_validate_instance_deprecation``: no P2 images from PyTorch 1.13 and TensorFlow 2.12 on."""
+    if family != "p2" or framework not in ("pytorch", "tensorflow"):
+        return
+    from packaging.version import Version
+
+    if Version(str(version)) >= Version("1.13" if framework == "pytorch" else "2.12"):
+        raise ValueError(
+            "P2 instances have been deprecated for sagemaker jobs starting PyTorch 1.13 and TensorFlow 2.12"
+            "For information about supported instance types please refer to https://aws.amazon.com/sagemaker/pricing/")
+
+
+def _check_container_version(framework: str, version: str | None, requested: str | None,
+                             version_config: dict[str, Any]) -> None:
+    """A caller's container_version only where the tag carries one (retrieve's guard, SDK issue #3702)."""
+    repo = version_config["repository"]
+    if (requested is not None and not version_config.get("container_version")
+            and framework not in _CONTAINER_VERSION_SUFFIX and repo != f"{framework}-inference-graviton"
+            and "neuron" not in repo):
+        raise ValueError(
+            f"container_version '{requested}' is not supported for framework '{framework}' version '{version}'. "
+            "The resulting image tag would not correspond to a published image. container_version is an image "
+            "tag build component (for example a CUDA/OS suffix), not a Deep Learning Containers release "
+            "version; omit it and pass the full framework version instead.")
+
+
+def _image_tag(framework: str, version: str | None, final_scope: str | None, instance_type: str | None,
+               parts: tuple[str | None, ...], smdistributed: bool) -> str:
+    """``_get_image_tag``: ``parts`` (prefix, processor or inference tool, Python version, container version)
+    joined by dashes; arm64 tags for XGBoost/scikit-learn on Graviton; CUDA suffixes on p4d/smdistributed."""
     family = _family(instance_type)
-    if (kwargs or not version or family.startswith(("inf", "trn")) or family in ("p2", "p4d")
-            or (instance_type and "trn" in instance_type) or family in _GRAVITON_FAMILIES):
-        raise _NeedsSDK(framework)
-    if image_scope is None and framework in ("xgboost", "sklearn"):
-        raise _NeedsSDK(framework)  # retrieve defaults these to "training"; callers here always say
+    tag = "-".join(x for x in parts if x)
+    if framework in ("xgboost", "sklearn"):
+        if family and final_scope == _INFERENCE_GRAVITON:
+            _check(family, _GRAVITON_FAMILIES, "instance type")
+        if family in _GRAVITON_FAMILIES or final_scope == _INFERENCE_GRAVITON:
+            return _ARM64_TAGS[framework][str(version)]
+    elif instance_type is not None and (family == "p4d" or smdistributed):
+        suffix = _AUTO_CONTAINER_VERSIONS.get(f"{framework}-{tag}")
+        tag = f"{tag}-{suffix}" if suffix else tag
+    return tag
+
+
+def _refuse_unsupported(kwargs: dict[str, Any]) -> None:
+    given = sorted(k for k, v in kwargs.items() if v is not None and v is not False)
+    if given:
+        raise SpecError(given[0], f"is an image_uris.retrieve argument ({', '.join(given)}) that the packaged image "
+                        "tables do not resolve (JumpStart models, Elastic Inference, the training compiler, "
+                        "serverless inference, a chosen Neuron SDK or inference tool).",
+                        "pass image_uri explicitly (the SageMaker SDK's image_uris.retrieve prints it).")
 
 
 def lookup_image_uri(framework: str, region: str, version: str | None = None, py_version: str | None = None,
                      instance_type: str | None = None, image_scope: str | None = None,
                      container_version: str | None = None, base_framework_version: str | None = None,
                      **kwargs: Any) -> str:
-    """``image_uris.retrieve(framework, region, ...)`` read from the SDK's JSON tables (cached); falls back
-    to the SDK for branches not reproduced here. Raises ValueError with ``retrieve``'s own messages."""
-    args = (framework, region, version, py_version, instance_type, image_scope, container_version,
-            base_framework_version)
-    try:
-        _check_route(framework, instance_type, version, image_scope, kwargs)
-        return _lookup(*args)
-    except _NeedsSDK:
-        return _sdk_retrieve()(framework, region, version=version, py_version=py_version,
-                               instance_type=instance_type, image_scope=image_scope,
-                               container_version=container_version, base_framework_version=base_framework_version,
-                               **kwargs)
+    """``image_uris.retrieve(framework, region, ...)`` answered from the packaged tables (cached): the same
+    URI, or the same ValueError with ``retrieve``'s own message. Of ``retrieve``'s other arguments only
+    ``distribution`` is taken; the rest (JumpStart, Elastic Inference, ...) raise SpecError asking for
+    ``image_uri``, as does a framework whose table is not packaged."""
+    distribution = kwargs.pop("distribution", None)
+    _refuse_unsupported(kwargs)
+    smdistributed = bool(distribution) and "smdistributed" in distribution
+    return _lookup(framework, region, version, py_version, instance_type, image_scope, container_version,
+                   base_framework_version, smdistributed)
 
 
 @lru_cache(maxsize=1024)
 def _lookup(framework: str, region: str, version: str | None, py_version: str | None, instance_type: str | None,
-            image_scope: str | None, container_version: str | None, base_framework_version: str | None) -> str:
-    config = _scope_config(framework, image_scope)
-    versions = list(config["versions"])
-    aliases = config.get("version_aliases", {})
-    if len(versions) == 1 and version not in aliases:
-        version = versions[0]
-    _check(version, versions + list(aliases), f"{framework} version")
-    version_config = config["versions"][aliases.get(version, version)]
+            image_scope: str | None, container_version: str | None, base_framework_version: str | None,
+            smdistributed: bool) -> str:
+    """``retrieve``'s steps, in its order (so the first complaint is its first complaint)."""
+    family = _family(instance_type)
+    inference_tool = _inference_tool(framework, family)
+    final_scope = _final_scope(framework, family, image_scope)
+    _check_instance_framework(framework, instance_type, family)
+    config = _scope_config(f"{framework}-{inference_tool}" if inference_tool else framework, final_scope)
+    original_version = version
+    version = _version(version, config, framework, image_scope)
+    version_config = config["versions"][config.get("version_aliases", {}).get(version, version)]
     if framework == "huggingface":
         version_config = _huggingface(version_config, base_framework_version)
     py_version = _py_version(py_version, version_config, framework)
@@ -212,26 +384,26 @@ def _lookup(framework: str, region: str, version: str | None, py_version: str | 
     _check(region, list(registries.keys()), "region")
     hostname = _ecr_hostname(region)
     repo = version_config["repository"]
-    if "neuron" in repo or repo.endswith(("-inference-graviton", "-inference-arm64")):
-        raise _NeedsSDK(repo)
     processor = _processor(instance_type, config.get("processors") or version_config.get("processors"))
     requested = container_version
     if version_config.get("container_version"):
         container_version = version_config["container_version"][processor]
-    tag_prefix = _tag_prefix(framework, version, config, version_config, base_framework_version)
+    tag_prefix, container_version = _prefix_and_container_version(
+        framework, config, version_config, version, original_version, base_framework_version, container_version)
+    if repo in (f"{framework}-inference-graviton", f"{framework}-inference-arm64"):
+        container_version = f"{container_version}-sagemaker"
     if not version_config.get("processor_in_tag", True):
         processor = None
-    if requested is not None and not version_config.get("container_version") \
-            and framework not in _CONTAINER_VERSION_SUFFIX:
-        raise _NeedsSDK(framework)  # the SDK's "container_version ... is not supported" error
-    if framework == "sagemaker-tritonserver":
-        raise _NeedsSDK(framework)
-    tag = "-".join(x for x in (tag_prefix, processor, py_version, container_version) if x)
+    _check_deprecated(framework, family, version)
+    _check_container_version(framework, version, requested, version_config)
+    tag = _image_tag(framework, version, final_scope, instance_type,
+                     (tag_prefix, inference_tool or processor, py_version, container_version), smdistributed)
     return f"{registries[region]}.dkr.{hostname}/{repo}" + (f":{tag}" if tag else "")
 
 
 def retrieve_image_uri(framework: str, region: str, *, fields: dict[str, str] | None = None, **kwargs: Any) -> str:
-    """Call the SDK's ``image_uris.retrieve(framework, region, **kwargs)``; its ValueError becomes a SpecError.
+    """``image_uris.retrieve(framework, region, **kwargs)`` from the packaged tables (:func:`lookup_image_uri`);
+    its ValueError becomes a SpecError (a SpecError passes unchanged).
 
     The SDK's message is kept verbatim ("Unsupported pytorch version: 9.9. ... Supported pytorch version(s):
     ..."); the field is picked from what it complains about, via ``fields`` (keys: ``version``, ``py``,
@@ -243,7 +415,9 @@ def retrieve_image_uri(framework: str, region: str, *, fields: dict[str, str] | 
     names.update(fields or {})
     try:
         return lookup_image_uri(framework, region, **kwargs)
-    except (ValueError, KeyError, FileNotFoundError) as exc:
+    except SpecError:
+        raise
+    except (ValueError, KeyError) as exc:
         message = str(exc).strip() or repr(exc)
         if message.startswith("Unsupported Python version"):
             field = names["py"]
@@ -251,15 +425,18 @@ def retrieve_image_uri(framework: str, region: str, *, fields: dict[str, str] | 
             field = names["region"]
         elif message.startswith("Unsupported base framework"):
             field = names["base"]
-        elif "instance type" in message.lower():
+        elif "instance type" in message.lower() or message.startswith(("Unsupported processor", "P2 instances")) \
+                or " instances: " in message:
             field = names["instance"]
         elif message.startswith("Unsupported") and "version" in message:
             field = names["version"]
         else:
             field = names["other"]
+        source = table_source()
         raise SpecError(field, f"the SageMaker SDK has no {framework} image for this: {message}",
-                        "use one of the values it lists, upgrade the sagemaker package for newer images, or "
-                        "pass image_uri explicitly.") from None
+                        "use one of the values it lists, or pass image_uri explicitly (the image tables are the "
+                        f"SDK's, copied from {source['distribution']} {source['version']}: a newer "
+                        "airflow-smdist carries newer images).") from None
 
 
 def framework_image_uri(

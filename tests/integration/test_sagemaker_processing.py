@@ -41,8 +41,8 @@ def s3(moto_server):
 def sdk_session(moto_server, s3_bucket, monkeypatch):
     """A SageMaker SDK session whose clients all go to the moto server, and the requests its
     CreateProcessingJob calls send (captured from the SDK's own botocore client, as sent)."""
+    Session = pytest.importorskip("sagemaker.core.helper.session_helper").Session  # the oracle (the SDK)
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)  # the SDK makes its S3 clients from the boto session
-    from sagemaker.core.helper.session_helper import Session
 
     boto_session = boto3.Session(region_name=REGION)
     sagemaker_client = boto_session.client("sagemaker", endpoint_url=moto_server)

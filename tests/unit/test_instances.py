@@ -36,10 +36,11 @@ def test_gpu_count(t, n):
 
 
 def test_gpu_table_agrees_with_the_sagemaker_sdk_table():
-    """Every type the SDK's own instance_gpu_info.json knows has the same count here."""
-    import sagemaker.core
+    """Every type the SDK's own instance_gpu_info.json knows has the same count here (skipped without the SDK:
+    the table is not packaged, nothing at run time reads it)."""
+    sagemaker_core = pytest.importorskip("sagemaker.core")
 
-    path = Path(sagemaker.core.__file__).parent / "image_uri_config" / "instance_gpu_info.json"
+    path = Path(sagemaker_core.__file__).parent / "image_uri_config" / "instance_gpu_info.json"
     sdk = json.loads(path.read_text())["us-east-1"]
     checked = 0
     for t, info in sdk.items():

@@ -35,8 +35,6 @@ def test_default_args_reach_the_training_arguments():
 
 
 def test_log_level_model_dir_and_a_v3_distributed_config_reach_the_request(tmp_path):
-    from sagemaker.train.distributed import Torchrun
-
     op = SageMakerDistributedTrainingOperator(
         task_id="t", output_path="s3://b/out", entry_point="train.py", source_dir="s3://b/src/sourcedir.tar.gz",
         framework="tensorflow", framework_version="2.16", py_version="py310", instance_type="ml.c5.xlarge",
@@ -45,6 +43,7 @@ def test_log_level_model_dir_and_a_v3_distributed_config_reach_the_request(tmp_p
     hps = op.plan("job-1", "sagemaker").request["HyperParameters"]
     assert hps["sagemaker_container_log_level"] == "10" and json.loads(hps["model_dir"]) == "s3://b/models"
 
+    Torchrun = pytest.importorskip("sagemaker.train.distributed").Torchrun  # the SDK's v3 config, where installed
     op = SageMakerDistributedTrainingOperator(
         task_id="t2", output_path="s3://b/out", entry_point="train.py", source_dir="s3://b/src/sourcedir.tar.gz",
         image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1", instance_count=2, distributed=Torchrun(),
