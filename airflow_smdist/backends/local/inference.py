@@ -725,19 +725,52 @@ def _locate(handler: Handler, batch: list[Record], settings: Settings, name: str
 
 
 # -- model archive ------------------------------------------------------------------------------------------
+def safe_extract(archive: str | os.PathLike, dest: str | os.PathLike) -> None:
+    """Extract a tar archive into ``dest`` with nothing landing outside it: tarfile's ``data`` filter where this
+    Python has it (3.11.4+, 3.12+), else the same guard by hand (:func:`_checked_members`). The one extractor of
+    archives a job receives (sourcedir.tar.gz, model.tar.gz): this file is stdlib-only, so the training
+    supervisor and the in-job runner share it."""
+    with tarfile.open(archive) as tar:
+        try:
+            tar.extractall(dest, filter="data")
+        except TypeError:  # Python < 3.11.4: no filter argument
+            tar.extractall(dest, members=_checked_members(tar, str(dest)), numeric_owner=True)
+
+
+def _checked_members(tar: tarfile.TarFile, dest: str):
+    """The archive's members, each checked just before it is extracted (so a link extracted earlier is
+    followed): no absolute or '..' name, no link to outside ``dest``, no device or fifo; owned by the
+    extracting user with no set-id bits (what the ``data`` filter does)."""
+    import copy
+
+    root = os.path.realpath(dest)
+
+    def inside(path: str) -> bool:
+        return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+    for member in tar.getmembers():
+        name = member.name
+        where = os.path.join(root, name)
+        if os.path.isabs(name) or ".." in name.replace(os.sep, "/").split("/") or not inside(where):
+            raise ValueError(f"archive member {name!r} would land outside {dest}")
+        if member.issym() and (os.path.isabs(member.linkname) or
+                               not inside(os.path.join(os.path.dirname(where), member.linkname))):
+            raise ValueError(f"archive member {name!r} links to {member.linkname!r}, outside {dest}")
+        if member.islnk() and (os.path.isabs(member.linkname) or not inside(os.path.join(root, member.linkname))):
+            raise ValueError(f"archive member {name!r} links to {member.linkname!r}, outside {dest}")
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise ValueError(f"archive member {name!r} is a special file (device or fifo)")
+        member = copy.copy(member)
+        member.uid, member.gid, member.uname, member.gname = os.geteuid(), os.getegid(), "", ""
+        member.mode = (member.mode & 0o755) | (0o600 if member.isfile() else 0o700 if member.isdir() else 0)
+        yield member
+
+
 def extract_model(archive: str, model_dir: str) -> str:
     """Extract model.tar.gz into ``model_dir`` as SageMaker does into /opt/ml/model (no '..' or absolute
     members)."""
     os.makedirs(model_dir, exist_ok=True)
-    with tarfile.open(archive) as tar:
-        try:
-            tar.extractall(model_dir, filter="data")
-        except TypeError:  # Python < 3.11.4 has no filter argument
-            for m in tar.getmembers():
-                if m.name.startswith("/") or ".." in m.name.split("/"):
-                    raise ValueError(f"model archive member {m.name!r} would land outside the model "
-                                     "directory") from None
-            tar.extractall(model_dir)
+    safe_extract(archive, model_dir)
     return model_dir
 
 

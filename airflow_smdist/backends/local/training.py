@@ -30,6 +30,7 @@ from airflow_smdist.backends.local import (
     runtimes,
     transitions_of,
 )
+from airflow_smdist.backends.local.inference import safe_extract
 from airflow_smdist.backends.local.store import write_json_atomic
 from airflow_smdist.backends.local.supervisor import (
     JobSupervisor,
@@ -164,8 +165,7 @@ class TrainingSupervisor(JobSupervisor):
                                   {"LocalPath": req["CheckpointConfig"].get("LocalPath") or CHECKPOINT_DEFAULT,
                                    "S3Uri": req["CheckpointConfig"]["S3Uri"]})
             if source is not None:
-                with tarfile.open(source) as tar:
-                    tar.extractall(hd / "code", filter="data")  # rejects absolute and '..' members
+                safe_extract(source, hd / "code")  # nothing outside the host's code directory
             if ckpt_rel:
                 cdir = safe_join(hd, ckpt_rel)
                 cdir.mkdir(parents=True, exist_ok=True)
