@@ -7,8 +7,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-# torch is pinned to 2.13.0 in the [local] extra (a CPU wheel where one is on local disk)
-.venv/bin/python -m pip install --quiet -e ".[local,test]"
+# the test venv: the local backend and the tests, plus what only Python 3.11 gets cheaply here: torch 2.13.0 in
+# the worker (torch-examples: the CPU wheel on this machine's disk is for 3.11 only) and the SageMaker SDK as the
+# tests' oracle (oracle: sagemaker-core needs importlib-metadata<7, which Airflow 3 on Python >= 3.12 cannot have).
+# SMDIST_EXTRAS overrides the extras (scripts/test-py.sh: "local,test" on 3.12 and 3.13).
+.venv/bin/python -m pip install --quiet -e ".[${SMDIST_EXTRAS:-local,test,torch-examples,oracle}]"
 # nftables' nft gives namespaced simulated hosts NAT to the worker's network (backends/local/hostnet.py); as
 # root (CI) it is installed here, elsewhere hosts reach only the worker's loopback endpoints, and jobs say so
 if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
