@@ -128,8 +128,17 @@ def test_example_dags_parse_without_errors():
     print(f"DagBag parse of {len(bag.dag_ids)} DAG(s): {elapsed:.2f}s")
 
 
-@pytest.mark.slow
-def test_main_example_dag_runs_end_to_end_on_the_local_backend(tmp_path):
+def _cpu_torch_here() -> bool:
+    """Whether a PyTorch image's local runtime gets a CPU torch cheaply on this Python (the CPU wheel on this
+    machine's disk is built for 3.11; elsewhere PyPI serves a multi-GB CUDA build)."""
+    from airflow_smdist.backends.local.runtimes import local_torch_version
+
+    return local_torch_version() is not None
+
+
+def _dags_test(tmp_path, dag_id: str) -> str:
+    """`airflow dags test dag_id` on the local backend in a fresh AIRFLOW_HOME; returns its log after checking
+    that the run succeeded and logged no error-level line."""
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": DAGS,
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "SMDIST_LOCAL_ROOT": str(tmp_path / "jobs"),
            "PYTHONPATH": REPO}
@@ -138,8 +147,7 @@ def test_main_example_dag_runs_end_to_end_on_the_local_backend(tmp_path):
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     migrate = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-    run = subprocess.run([airflow, "dags", "test", "smdist_torch_distributed"], env=env, capture_output=True,
-                         text=True, timeout=600)
+    run = subprocess.run([airflow, "dags", "test", dag_id], env=env, capture_output=True, text=True, timeout=600)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-6000:]
     assert "DagRun Finished" in log and "state=success" in log, log[-3000:]
@@ -149,6 +157,14 @@ def test_main_example_dag_runs_end_to_end_on_the_local_backend(tmp_path):
     pattern = re.compile(r"\[(error|critical)\s*\]|\s(ERROR|CRITICAL) - ")
     errors = [line for line in log.splitlines() if pattern.search(line.split(" [algo-")[0].split(" [platform]")[0])]
     assert not errors, "a successful run logged errors:\n" + "\n".join(errors[:20])
+    return log
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _cpu_torch_here(), reason="no CPU torch for this Python on this machine (the main DAG's "
+                    "PyTorch runtime would download a multi-GB CUDA build): the built-in algorithm DAG runs instead")
+def test_main_example_dag_runs_end_to_end_on_the_local_backend(tmp_path):
+    log = _dags_test(tmp_path, "smdist_torch_distributed")
     # both simulated hosts trained, the model artifact landed, metrics reached XCom
     assert "[algo-1] rank 0/2" in log and "[algo-2] rank 1/2" in log
     assert "[algo-1] rank 0: all-reduce check passed (sum 3 over world size 2)" in log
@@ -157,6 +173,18 @@ def test_main_example_dag_runs_end_to_end_on_the_local_backend(tmp_path):
     assert len(artifacts) == 1
     assert "train:loss" in log
     assert "'train:loss':" in log  # the report task printed final_metrics from the training task's XCom
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_cpu_torch_here(), reason="the main DAG runs end to end on this Python")
+def test_a_multi_host_example_dag_runs_end_to_end_on_the_local_backend_without_torch(tmp_path):
+    """Where no CPU torch installs cheaply (Python 3.12 and 3.13 here): the built-in XGBoost algorithm on two
+    hosts, each on its ShardedByS3Key share, in the image runtime built for this Python."""
+    log = _dags_test(tmp_path, "smdist_builtin_algorithm")
+    assert "[algo-1]" in log and "[algo-2]" in log
+    artifacts = list((tmp_path / "airflow" / "smdist-data" / "builtin-xgboost-output").glob("*/output/model.tar.gz"))
+    assert len(artifacts) == 1, artifacts
+    assert "validation RMSE of xgboost-model" in log  # the report task loaded the model and measured it
 
 
 def test_example_dags_keep_their_data_apart():
