@@ -33,7 +33,8 @@ import airflow.sdk  # a task runner has Airflow imported before execute()
 variant, source_dir, bucket = sys.argv[1:4]
 if variant == "sdk":  # the old path, for reference: the SDK's own retrieve (imports the SDK)
     from airflow_smdist.specs import images
-    images.lookup_image_uri = lambda *a, **k: images._sdk_retrieve()(*a, **k)
+    from sagemaker.core.image_uris import retrieve  # the [oracle] extra
+    images.lookup_image_uri = lambda *a, **k: retrieve(*a, **k)
 from airflow_smdist.backends import sagemaker as sm_backend
 submitted = []
 _submit = sm_backend.SageMakerBackend.submit

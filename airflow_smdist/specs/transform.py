@@ -79,8 +79,8 @@ def _env(environment: Any, name: str) -> dict[str, str]:
 def inference_image_uri(framework: str, framework_version: str, instance_type: str, region: str | None = None,
                         py_version: str | None = None) -> str:
     """The SDK's serving image, e.g. ``("sklearn", "1.2-1", "ml.m5.xlarge")`` ->
-    ``683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3``. Imports the SDK's
-    image tables (about 2 s): never call it at DAG-parse time."""
+    ``683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3``, read from the image
+    tables the package ships (specs/image_tables/, no SDK); they load on first use: not at DAG-parse time."""
     fw = (framework or "").lower()
     if fw not in INFERENCE_FRAMEWORKS:
         raise SpecError("framework", f"{framework!r} has no inference image lookup here.",
