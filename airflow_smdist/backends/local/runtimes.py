@@ -213,7 +213,7 @@ def worker_runtime(job_dir: str | os.PathLike | None = None) -> Runtime:
 PIP_SHIM = """#!/bin/sh
 # pip of a local job (airflow-smdist): installs go into the job's layer, first on PYTHONPATH, so the
 # runtime that jobs share stays as it was built (a container's pip installs into its own image copy)
-case "$1" in
+{tls}case "$1" in
   install) shift; exec {uv} pip install --python {python} --target {layer} {sources} "$@" ;;
   uninstall) shift; echo "pip uninstall $*: skipped (the local runtime is shared by jobs)"; exit 0 ;;
   *) exec {uv} pip "$@" --python {python} ;;
@@ -240,7 +240,8 @@ def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
     job_bin.mkdir(parents=True, exist_ok=True)
     shim = job_bin / "pip"
     shim.write_text(PIP_SHIM.format(uv=shlex.quote(uv_binary()), python=shlex.quote(rt.python),
-                                    layer=shlex.quote(str(layer)), sources=shlex.join(uv_source_args())))
+                                    layer=shlex.quote(str(layer)), sources=shlex.join(uv_source_args()),
+                                    tls="".join(f"export {k}={shlex.quote(v)}\n" for k, v in tls_env().items())))
     shim.chmod(0o755)
     for alias in ("pip3",):
         (job_bin / alias).unlink(missing_ok=True)
@@ -427,26 +428,83 @@ def uv_binary() -> str:
     return found
 
 
+#: pip's settings that take one value (a path with spaces stays whole); the others are lists
+_PIP_SINGLE = ("index-url", "cert", "client-cert")
+
+
 def _pip_config() -> dict[str, list[str]]:
-    """find-links / index-url / extra-index-url / constraint as pip reads them (its config files and PIP_*),
-    so uv finds what pip would on this machine (local wheel directories and indexes)."""
+    """find-links / index-url / extra-index-url / constraint and the TLS settings (cert, client-cert,
+    trusted-host) as pip reads them (its config files and PIP_*), so uv finds and trusts what pip would on
+    this machine (local wheel directories, indexes, a TLS-intercepting proxy's CA)."""
     parser = configparser.RawConfigParser()
     files = ["/etc/xdg/pip/pip.conf", "/etc/pip.conf", os.path.expanduser("~/.pip/pip.conf"),
              os.path.expanduser("~/.config/pip/pip.conf")]
     if os.environ.get("PIP_CONFIG_FILE"):
         files.append(os.environ["PIP_CONFIG_FILE"])
+    if os.environ.get("PIP_CONFIG_FILE") == os.devnull:  # pip's way of saying: no configuration files
+        files = []
     parser.read([f for f in files if os.path.isfile(f)])
     out: dict[str, list[str]] = {}
-    for key in ("find-links", "index-url", "extra-index-url", "constraint"):
-        values: list[str] = []
+    for key in ("find-links", "index-url", "extra-index-url", "constraint", "cert", "client-cert", "trusted-host"):
+        value = ""
         for section in ("global", "install"):
             if parser.has_option(section, key):
-                values = parser.get(section, key).split()
-        env = os.environ.get("PIP_" + key.upper().replace("-", "_"))
-        if env:
-            values = env.split()
-        out[key] = values
+                value = parser.get(section, key)
+        value = os.environ.get("PIP_" + key.upper().replace("-", "_")) or value
+        out[key] = ([value.strip()] if value.strip() else []) if key in _PIP_SINGLE else value.split()
     return out
+
+
+def tls_env() -> dict[str, str]:
+    """pip's TLS settings in the variables uv reads, for every uv run (and the jobs' ``pip``): pip's ``cert``
+    (its config or PIP_CERT) as ``SSL_CERT_FILE`` (``SSL_CERT_DIR`` for a directory), else, where
+    ``SSL_CERT_FILE`` is unset, the bundle requests would use (``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``);
+    ``client-cert`` as ``SSL_CLIENT_CERT``; ``trusted-host`` as ``UV_INSECURE_HOST``. ``SSL_CERT_FILE``,
+    ``SSL_CERT_DIR`` and ``UV_NATIVE_TLS`` already in the environment reach uv as they are. A path that does
+    not exist is left out (uv would ignore it with a warning; :func:`tls_error` names it)."""
+    cfg = _pip_config()
+    env: dict[str, str] = {}
+    cert = (cfg["cert"] or [""])[0]
+    if not cert and not os.environ.get("SSL_CERT_FILE"):
+        cert = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or ""
+    if cert and os.path.exists(cert):
+        env["SSL_CERT_DIR" if os.path.isdir(cert) else "SSL_CERT_FILE"] = cert
+    for client in cfg["client-cert"]:
+        if os.path.isfile(client):
+            env["SSL_CLIENT_CERT"] = client
+    if cfg["trusted-host"]:
+        env["UV_INSECURE_HOST"] = " ".join(cfg["trusted-host"])
+    return env
+
+
+#: how uv (rustls, native-tls) and Python's ssl say that a certificate was not trusted
+_TLS_FAILURE = re.compile(r"invalid peer certificate|certificate verify failed|UnknownIssuer|unknown ca\b|"
+                          r"self[- ]signed certificate|NotValidForName|certificate (?:has )?expired|"
+                          r"unable to get local issuer certificate|CERTIFICATE_VERIFY_FAILED", re.IGNORECASE)
+
+
+def tls_failure(output: str) -> str | None:
+    """uv's line that says TLS verification failed, or None when its failure is of another kind."""
+    for line in output.splitlines():
+        if _TLS_FAILURE.search(line):
+            return re.sub(r"^(?:Caused by|cause|error):\s*", "", line.strip())
+    return None
+
+
+def tls_error(field_name: str, what: str, line: str, output: str) -> RuntimeError_:
+    """The error of a uv run whose TLS failed: that, uv's line and the URL, what uv was given, and the fix
+    (not "does not install on this machine": nothing was downloaded)."""
+    url = next((m.group(0).rstrip("`'\".,)") for m in re.finditer(r"https://\S+", output)), "")
+    given = ", ".join(f"{k}={v}" for k, v in sorted(_clean_env().items())
+                      if k in ("SSL_CERT_FILE", "SSL_CERT_DIR", "UV_NATIVE_TLS", "UV_SYSTEM_CERTS")) or "no CA setting"
+    missing = [c for c in _pip_config()["cert"] if not os.path.exists(c)]
+    return RuntimeError_(
+        field_name, f"{what}: TLS to the package index failed{f' ({url})' if url else ''}: uv says "
+        f"\"{line}\" (uv had {given}{f'; pip cert {missing[0]} does not exist' if missing else ''}).",
+        "give uv the CA certificate that signs the index's (a TLS-intercepting proxy's): pip's cert "
+        "(pip.conf [global] cert = /path/ca.pem, or PIP_CERT), or SSL_CERT_FILE=/path/ca.pem (SSL_CERT_DIR for a "
+        "directory), in the Airflow worker's environment; or UV_SYSTEM_CERTS=1 (older uv: UV_NATIVE_TLS=1) for the "
+        "system's certificate store.")
 
 
 def uv_source_args() -> list[str]:
@@ -488,9 +546,12 @@ def local_torch_version() -> str | None:
 
 
 def _clean_env() -> dict[str, str]:
-    """The environment uv and probes run in: none of the worker's Python settings leak into a runtime."""
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "UV_PYTHON")}
+    """The environment uv and probes run in: none of the worker's Python settings leak into a runtime; pip's
+    TLS settings are there as uv reads them (:func:`tls_env`)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "UV_PYTHON")}
+    env.update(tls_env())
+    return env
 
 
 def _run(cmd: list[str], log: Callable[[str], None] | None = None, cwd: str | None = None,
@@ -653,6 +714,9 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
             code, out = _run(rest + (["--override", str(ov_file)] if overrides else []), log=log)
         if code == 0:
             return label
+        tls = tls_failure(out)
+        if tls:  # nothing was downloaded: no other version set would fare better
+            raise tls_error(field_name, f"no local runtime for {spec.image}", tls, out)
         reason = [ln.strip() for ln in out.splitlines() if ln.strip() and not ln.startswith(("Using ", "hint"))]
         failures.append(f"{label} ({' '.join(reqs)}): " + " ".join(reason[-3:]))
     what = f"{spec.package} {spec.version}" if spec.package else f"the declared requirements of {spec.image}"
@@ -752,6 +816,9 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os
     if code and prefer:  # the requirements need other versions than the runtime's: as pip would, upgrade
         log("the requirements need versions other than the runtime's; resolving them without its pins")
         code, out = _run(cmd, log=log, cwd=str(code_dir))
+    if code and tls_failure(out):
+        log(str(tls_error("requirements.txt", "the job's requirements could not be installed",
+                          tls_failure(out) or "", out)))
     if code:
         raise LayerError(install_error("InstallModuleError" if has_setup else "InstallRequirementsError", code,
                                        out, toolkit_cmd.split()))
