@@ -172,3 +172,28 @@ def test_release_ports_without_reservations_makes_no_table(shared_tmp):
     (the old table was made by every training job's release, whoever ran it first owning it)."""
     release_ports()
     assert list(shared_tmp.iterdir()) == []
+
+
+def test_the_mpi_agent_server_of_a_non_root_worker_starts_after_a_root_worker_ran(tmp_path):
+    """A root worker's MPI job leaves /run/smdist (root's, 0700); a non-root worker's MPI job then starts its
+    agent server (Open MPI's rsh agent talks to it) on a socket of its own in the temp directory, where the
+    fallback's hosts see it, instead of failing to bind in root's directory."""
+    from airflow_smdist.backends.local import mpi
+
+    os.makedirs("/run/smdist", mode=0o700, exist_ok=True)  # as any root run of a job leaves it
+
+    def start() -> str:
+        server = mpi.AgentServer(tmp_path, "none")
+        server.start()
+        try:
+            return server.path
+        finally:
+            server.close()
+
+    a = AsUser(USER_A, start)
+    try:
+        result = a.result()
+    finally:
+        a.finish()
+    assert "error" not in result, result
+    assert os.path.dirname(result["value"]) == tempfile.gettempdir()

@@ -96,12 +96,15 @@ def rank_program(entry_cmd: list[str], python: str) -> list[str]:
 
 
 def _socket_dir() -> str:
+    """Where the agent server's socket goes: ``/run/smdist`` where this user may write there (namespaced hosts
+    have a private /tmp, not a private /run), else the temp directory (fallback hosts share it). A non-root
+    worker never may: ``/run/smdist`` is root's (0700) once a root worker has run a job."""
     base = "/run/smdist"
     try:
-        os.makedirs(base, exist_ok=True)
-        return base
+        os.makedirs(base, mode=0o700, exist_ok=True)
     except OSError:
         return tempfile.gettempdir()
+    return base if os.access(base, os.W_OK | os.X_OK) else tempfile.gettempdir()
 
 
 class AgentServer:
