@@ -32,12 +32,17 @@ when a ``MotoServer`` starts):
   and moto compares them with datetimes (a 500); ``_get_param`` hands moto datetimes for them.
 * moto's List{Training,Processing,Transform}Jobs page before they filter (a narrow filter over many jobs
   costs the client every page); ``install_filter_then_page_extension`` filters first, as the service does.
+* IAM enforcement (``IamMotoServer``, a server in a process of its own with ``INITIAL_NO_AUTH_ACTION_COUNT``):
+  moto authorizes SageMaker and Logs calls on ``*`` only and names CloudWatch's actions ``monitoring:``;
+  ``install_iam_extensions`` gives it the resource ARNs and action names AWS authorizes (see that section).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import re
+import sys
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
@@ -808,3 +813,232 @@ def install_sagemaker_extensions() -> None:  # noqa: F811 - extended here, so Mo
     install_tuning_extensions()
     install_summary_and_log_extensions()
     install_filter_then_page_extension()
+
+
+# =========================================================================================================
+# ---- IAM enforcement (issue 30): the server authorizes each call as AWS would, for the policy test ------------
+# =========================================================================================================
+# moto authorizes calls against the caller's IAM policies once ``INITIAL_NO_AUTH_ACTION_COUNT`` calls have been
+# served (an environment variable read when moto is imported: ``serve_with_iam`` runs the server in a process of
+# its own, so the suite's other servers stay open). Where moto's authorization differs from AWS's, the test
+# server is EXTENDED here, and each difference is said:
+#
+# * moto checks SageMaker and CloudWatch Logs calls against the resource ``*`` only, so a policy scoped to job
+#   ARNs or log groups (as AWS authorizes them) is refused everything. ``_determine_resource`` gives moto the ARN
+#   AWS authorizes: the job, model or tuning job the call names (``arn:aws:sagemaker:<region>:<account>:
+#   training-job/<name>``; the ``ResourceArn`` of ListTags/AddTags; ``*`` for the List*Jobs calls, which take no
+#   resource-level permissions), and the log group (``...:log-group:<group>``, with ``:log-stream:<stream>`` for
+#   GetLogEvents).
+# * moto names an action after the request's signing name; CloudWatch signs as ``monitoring``, while IAM's
+#   actions are ``cloudwatch:...``: the action's prefix is mapped back.
+# * every action authorized or refused is recorded (``authorized()``, ``denied()``), so a test can tell which
+#   actions a path needs and which refusal a failure came from.
+# What moto does not authorize at all is not faked: iam:PassRole when a Create* names a role, and
+# sagemaker:AddTags for the tags a Create* carries (tag-on-create) are never checked (no call of their own).
+_iam_installed = False
+#: (IAM user, action) of each call refused / authorized
+_denied: list[tuple[str, str]] = []
+_authorized: list[tuple[str, str]] = []
+
+#: SageMaker actions whose resource is their ``ResourceArn`` parameter
+_TAG_ACTIONS = ("ListTags", "AddTags", "DeleteTags")
+_VERBS = re.compile(r"^(Create|Describe|Stop|Delete|Update|ListTrainingJobsFor)")
+
+
+def _kebab(noun: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", noun).lower()
+
+
+def sagemaker_resource(action: str, params: dict[str, Any], region: str, account: str) -> str:
+    """The resource AWS authorizes a SageMaker call on (see the section comment)."""
+    if action in _TAG_ACTIONS:
+        return str(params.get("ResourceArn") or "*")
+    match = _VERBS.match(action)
+    if not match:  # List*Jobs, Search, ...: no resource-level permissions
+        return "*"
+    noun = action[match.end():]
+    name = params.get(f"{noun}Name")
+    if not name:
+        return "*"
+    return f"arn:aws:sagemaker:{region}:{account}:{_kebab(noun)}/{str(name).lower()}"
+
+
+def logs_resource(action: str, params: dict[str, Any], region: str, account: str) -> str:
+    group = params.get("logGroupName")
+    if not group:
+        return "*"
+    arn = f"arn:aws:logs:{region}:{account}:log-group:{group}"
+    if action == "GetLogEvents" and params.get("logStreamName"):
+        arn += f":log-stream:{params['logStreamName']}"
+    return arn
+
+
+def denied(user: str | None = None) -> list[str]:
+    """The actions refused (to ``user``, default anyone) since the last ``reset_records()``, in order."""
+    return [action for who, action in _denied if user in (None, who)]
+
+
+def authorized(user: str | None = None) -> list[str]:
+    """The actions authorized (to ``user``, default anyone) since the last ``reset_records()``, in order."""
+    return [action for who, action in _authorized if user in (None, who)]
+
+
+def _user_of(request) -> str:
+    return getattr(getattr(request, "_access_key", None), "_owner_user_name", "?")
+
+
+def reset_records() -> None:
+    _denied.clear()
+    _authorized.clear()
+
+
+def install_iam_extensions() -> None:
+    """Resources and action names as AWS authorizes them, and a record of refusals (idempotent)."""
+    global _iam_installed
+    if _iam_installed:
+        return
+    import json
+
+    from moto.iam.access_control import IAMRequest, IAMRequestBase, S3IAMRequest
+    from moto.logs.responses import LogsResponse
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def body(response) -> dict[str, Any]:
+        try:
+            return json.loads(response.body or "{}")
+        except (TypeError, ValueError):
+            return {}
+
+    def sagemaker_determine(self) -> str:
+        return sagemaker_resource(self._get_action(), body(self), self.region, self.current_account)
+
+    def logs_determine(self) -> str:
+        return logs_resource(self._get_action(), body(self), self.region, self.current_account)
+
+    SageMakerResponse._determine_resource = sagemaker_determine
+    LogsResponse._determine_resource = logs_determine
+
+    original_init = IAMRequestBase.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        if self._action.startswith("monitoring:"):
+            self._action = "cloudwatch:" + self._action[len("monitoring:"):]
+
+    IAMRequestBase.__init__ = init
+    original_check = IAMRequestBase.check_action_permitted
+
+    def check_action_permitted(self, resource):
+        original_check(self, resource)  # raises when refused
+        _authorized.append((_user_of(self), self._action))
+
+    IAMRequestBase.check_action_permitted = check_action_permitted
+    for cls in (IAMRequest, S3IAMRequest):
+        def make(original):
+            def raise_access_denied(self):
+                _denied.append((_user_of(self), self._action))
+                original(self)
+
+            return raise_access_denied
+
+        cls._raise_access_denied = make(cls._raise_access_denied)
+    _iam_installed = True
+
+
+def _set_new_job_status(kind: str, status: str | None) -> None:
+    if status is None:
+        _new_job_status.pop(kind, None)
+    else:
+        _new_job_status[kind] = status
+
+
+#: what a test may ask the IAM server's process to do (``IamMotoServer.call``)
+_IAM_SERVER_CALLS = {
+    "set_job_status": lambda *a, **k: set_job_status(*a, **k),
+    "set_training_job_status": lambda *a, **k: set_training_job_status(*a, **k),
+    "set_new_job_status": _set_new_job_status,
+    "plan_tuning_job": lambda *a, **k: plan_tuning_job(*a, **k),
+    "denied": denied,
+    "authorized": authorized,
+    "reset_records": reset_records,
+}
+
+
+def serve_with_iam() -> None:
+    """The IAM server's process (``python moto_server.py --iam``, ``INITIAL_NO_AUTH_ACTION_COUNT`` set): prints
+    ``{"endpoint": url}``, then answers one JSON line ``{"call": name, "args": [...], "kwargs": {...}}`` of
+    stdin at a time with ``{"result": ...}`` or ``{"error": "..."}`` on stdout, until stdin closes."""
+    import json
+    import sys
+
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request on the test's stderr
+    install_iam_extensions()
+    server = MotoServer()
+    print(json.dumps({"endpoint": server.start()}), flush=True)
+    try:
+        for line in sys.stdin:
+            request = json.loads(line)
+            try:
+                result = _IAM_SERVER_CALLS[request["call"]](*request.get("args", []), **request.get("kwargs", {}))
+                answer = {"result": result}
+            except Exception as exc:  # noqa: BLE001 - the test reads it
+                answer = {"error": f"{type(exc).__name__}: {exc}"}
+            print(json.dumps(answer, default=str), flush=True)
+    finally:
+        server.stop()
+
+
+class IamMotoServer:
+    """A moto server in a process of its own that enforces IAM after its first ``no_auth_calls`` calls
+    (moto's ``INITIAL_NO_AUTH_ACTION_COUNT``); ``call(name, ...)`` runs one of the state helpers above in it."""
+
+    def __init__(self, no_auth_calls: int) -> None:
+        self.no_auth_calls = no_auth_calls
+        self.endpoint_url: str | None = None
+        self._process: Any = None
+        import threading
+
+        self._lock = threading.Lock()  # one request and its answer at a time on the pipe
+
+    def start(self) -> str:
+        import json
+        import os
+        import subprocess
+        import sys
+
+        env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(self.no_auth_calls)}
+        self._process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--iam"], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self._process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the IAM moto server did not start (exit {self._process.wait()})")
+        self.endpoint_url = json.loads(line)["endpoint"]
+        return self.endpoint_url
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        import json
+
+        with self._lock:
+            self._process.stdin.write(json.dumps({"call": name, "args": list(args), "kwargs": kwargs}) + "\n")
+            self._process.stdin.flush()
+            answer = json.loads(self._process.stdout.readline())
+        if "error" in answer:
+            raise RuntimeError(f"{name}: {answer['error']}")
+        return answer["result"]
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.stdin.close()
+            try:
+                self._process.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - it is ours to end
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        self.endpoint_url = None
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--iam"]:
+    serve_with_iam()
