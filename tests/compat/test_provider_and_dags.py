@@ -136,6 +136,18 @@ def _cpu_torch_here() -> bool:
     return local_torch_version() is not None
 
 
+def _airflow_3_0_missing_connection_line(line: str) -> bool:
+    """Task SDK 1.0.x (Airflow 3.0) logs every lookup of an undefined connection at error level from its API
+    client ("Connection not found ... status_code=404"), although the lookup's caller is told "not defined" and
+    goes on; later lines log nothing. The provider looks up smdist_default and, without it, uses its defaults.
+    README ("Airflow versions") says so, and that defining the connection (as the MWAA steps do) removes the
+    line (an AIRFLOW_CONN_ variable set for everyone would shadow a connection made in the UI)."""
+    import airflow
+
+    return (airflow.__version__.startswith("3.0.") and "Connection not found" in line
+            and "[airflow.sdk.api.client]" in line and "conn_id=smdist_default" in line)
+
+
 def _dags_test(tmp_path, dag_id: str) -> str:
     """`airflow dags test dag_id` on the local backend in a fresh AIRFLOW_HOME; returns its log after checking
     that the run succeeded and logged no error-level line."""
@@ -155,7 +167,8 @@ def _dags_test(tmp_path, dag_id: str) -> str:
     # error_lines, inlined: these tests run without tests/integration importable): Airflow 3's "[error    ]",
     # Airflow 2's " ERROR - ", critical ones too; a job's own [algo-N] / [platform] output is not a log level
     pattern = re.compile(r"\[(error|critical)\s*\]|\s(ERROR|CRITICAL) - ")
-    errors = [line for line in log.splitlines() if pattern.search(line.split(" [algo-")[0].split(" [platform]")[0])]
+    errors = [line for line in log.splitlines() if pattern.search(line.split(" [algo-")[0].split(" [platform]")[0])
+              and not _airflow_3_0_missing_connection_line(line)]
     assert not errors, "a successful run logged errors:\n" + "\n".join(errors[:20])
     return log
 
