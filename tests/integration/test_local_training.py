@@ -210,6 +210,7 @@ def test_sm_num_cpus_is_the_share_of_the_cores_or_the_requests_own(backend, tmp_
                    entry="dump_env.py", inputs={"train": f"file://{data}/train"}, environment={"SM_NUM_CPUS": bad})
 
 
+@pytest.mark.torch
 def test_ddp_two_hosts_join_one_process_group(backend, tmp_path, data):
     pytest.importorskip("torch")
     name = unique("ddp")
@@ -308,6 +309,7 @@ def test_source_archive_with_traversal_is_rejected(backend, tmp_path, data):
     assert not list(backend.job_dir("training", name).rglob("evil.py"))
 
 
+@pytest.mark.torch
 def test_example_ddp_script_retried_after_its_last_checkpoint_still_saves_its_model(backend, tmp_path, data):
     """A retry of a growing-batch stage restores the checkpoint its failed try wrote at the stage's last epoch
     (SageMaker copies checkpoint_s3_uri back at start): the example script has no epoch left to train and

@@ -222,6 +222,7 @@ def test_sklearn_container_defaults_predict_with_the_model(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit is deprecated in favour of torch.export
+@pytest.mark.torch
 def test_pytorch_container_defaults_load_torchscript_and_return_lists(tmp_path):
     import torch
 

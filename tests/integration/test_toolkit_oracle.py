@@ -144,6 +144,7 @@ def _normalized(view: dict, host_dir: Path, base: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("kind", ["process", "torch_distributed"])
+@pytest.mark.torch  # both kinds: the jobs fixture also runs the torchrun job
 def test_host_environment_matches_the_training_toolkit_key_by_key(jobs, toolkit_python, kind):
     backend, names, tmp = jobs
     records = host_records(backend, names[kind], tmp)
@@ -161,6 +162,7 @@ def test_host_environment_matches_the_training_toolkit_key_by_key(jobs, toolkit_
 
 
 @pytest.mark.parametrize("kind", ["process", "torch_distributed"])
+@pytest.mark.torch
 def test_entry_point_command_matches_the_toolkits_runner(jobs, toolkit_python, kind):
     backend, names, tmp = jobs
     for host, rec in host_records(backend, names[kind], tmp).items():

@@ -158,6 +158,7 @@ def test_sensor_waits_for_a_job_started_elsewhere(tmp_path, data, local_root):
 LR_SCALING = {"base_learning_rate": 0.01, "base_batch_size": 32, "per_device_batch_size": 64, "warmup_epochs": 2}
 
 
+@pytest.mark.torch
 def test_lr_scaling_reaches_xcom_of_a_retried_and_of_a_deferred_task(tmp_path, data, local_root):
     """The try that built the request is not the one that returns the result when the task was deferred
     (execute_complete runs in a new process) or retried (reattach): lr_scaling comes from the job itself."""
