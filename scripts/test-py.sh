@@ -42,7 +42,8 @@ if heavy=$("$UV" pip list --python "$VENV/bin/python" 2>/dev/null | grep -Ei '^(
   echo "[py$PYV] the install pulled what it must not: $heavy" >&2; exit 1
 fi
 "$VENV/bin/python" -m compileall -q airflow_smdist >/dev/null
-NO_TORCH="$(mktemp)"; trap 'rm -f "$NO_TORCH"' EXIT
+# (in the venv, not /tmp: a job's pip gets the worker's pip constraints, and a namespaced host has its own /tmp)
+NO_TORCH="$PWD/$VENV/no-torch-constraint.txt"
 echo "torch<0" >"$NO_TORCH"
 echo "[py$PYV] $("$VENV/bin/python" -c 'import sys, airflow; print(sys.version.split()[0], "Airflow", airflow.__version__)')"
 PIP_CONSTRAINT="$NO_TORCH" exec "$VENV/bin/python" -m pytest tests -ra -q -p no:cacheprovider -m "not torch" "$@"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import sys
 import tarfile
 import time
 import uuid
@@ -232,7 +233,10 @@ def test_cloudpickle_opt_in_runs_a_closure(tmp_path, local_root):
     def closure(x):
         return x + offset
 
-    op = training(tmp_path, closure, 10, serializer="cloudpickle", instance_count=1)
+    # cloudpickle payloads need the image's Python to be the worker's: the PyTorch image of this Python
+    image = {11: ("2.5.1", "py311"), 12: ("2.9.0", "py312"), 13: ("2.10.0", "py313")}[sys.version_info[1]]
+    op = training(tmp_path, closure, 10, serializer="cloudpickle", instance_count=1,
+                  framework_version=image[0], py_version=image[1])
     assert op.execute(context(f"run-{uuid.uuid4().hex}")) == 15
 
 

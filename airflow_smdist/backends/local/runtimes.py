@@ -698,8 +698,10 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
     for label, reqs in attempts(spec, torch):
         overrides = [f"torch=={torch}"] if torch else []
         cmd = [uv, "pip", "install", "--python", str(env_dir / "bin" / "python"), *sources, *reqs]
-        if spec.framework != "spark":
-            cmd += ["--only-binary", ":all:"]  # no builds from source: fast, and "does it install here?"
+        # no builds from source: fast, and "does it install here?"; pyspark is published as a source
+        # distribution only, and it alone may build (else pandas 2.0.3, the Spark 3.5 image's, has no wheel for
+        # Python 3.12 and its source build fails where the next release installs)
+        cmd += ["--only-binary", ":all:"] + (["--no-binary", "pyspark"] if spec.framework == "spark" else [])
         if label != "the image's versions":
             cmd += ["--resolution", "lowest-direct"]  # the nearest version above the image's
         ov_file = env_dir / "overrides.txt"
