@@ -153,7 +153,10 @@ def _dags_test(tmp_path, dag_id: str) -> str:
     that the run succeeded and logged no error-level line."""
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": DAGS,
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "SMDIST_LOCAL_ROOT": str(tmp_path / "jobs"),
-           "PYTHONPATH": REPO}
+           "PYTHONPATH": REPO,
+           # the job in its image's runtime, as users run it (the row's venv holds no torch; tests/conftest.py
+           # runs the rest of the suite's jobs in the worker's interpreter)
+           "SMDIST_LOCAL_RUNTIME": "image"}
     env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
     os.makedirs(env["AIRFLOW_HOME"])
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
