@@ -46,4 +46,7 @@ fi
 NO_TORCH="$PWD/$VENV/no-torch-constraint.txt"
 echo "torch<0" >"$NO_TORCH"
 echo "[py$PYV] $("$VENV/bin/python" -c 'import sys, airflow; print(sys.version.split()[0], "Airflow", airflow.__version__)')"
-PIP_CONSTRAINT="$NO_TORCH" exec "$VENV/bin/python" -m pytest tests -ra -q -p no:cacheprovider -m "not torch" "$@"
+# the tests named on the command line, else all of tests/
+where=(tests)
+for arg in "$@"; do [ -e "${arg%%::*}" ] && where=() && break; done
+PIP_CONSTRAINT="$NO_TORCH" exec "$VENV/bin/python" -m pytest "${where[@]}" -ra -q -p no:cacheprovider -m "not torch" "$@"
