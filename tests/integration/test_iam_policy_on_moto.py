@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -49,6 +48,7 @@ import boto3
 import pytest
 
 from airflow_smdist.backends import iam
+from jobs import capture_log
 from moto_server import IamMotoServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -197,19 +197,7 @@ class Run:
     @staticmethod
     def capture(obj: Any) -> list[str]:
         """The lines ``obj`` (an operator or a trigger) logs: what the task's (or triggerer's) log shows."""
-        lines: list[str] = []
-
-        class Keep(logging.Handler):
-            def emit(self, record):
-                lines.append(record.getMessage())
-
-        logger = logging.getLogger(f"smdist.test.iam.{uuid.uuid4().hex}")
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-        logger.addHandler(Keep())
-        obj._log = logger
-        obj._cached_logger = logger  # Airflow >= 3.3 (airflow.sdk's GenericDAGNode.log)
-        return lines
+        return capture_log(obj, [])
 
     def rpc(self, name: str, *args: Any) -> Any:
         return self.aws.server.call(name, *args)

@@ -22,6 +22,7 @@ from airflow_smdist.triggers.training import SageMakerDistributedTrainingTrigger
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONTRACT = os.path.join(REPO, "tests", "fixtures", "contract")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jobs import capture_log  # noqa: E402
 
 
 def request(name: str, sleep: float = 0.0) -> dict:
@@ -84,22 +85,6 @@ def test_many_waiting_jobs_cost_one_list_per_interval_and_no_describe_on_moto(mo
     assert calls["describe"] == 1  # only the job watched without a status
 
 
-def _capture(trigger, records: list) -> None:
-    """What the triggerer shows in the task's log: the trigger's own logger's records."""
-    import logging
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    logger = logging.getLogger(f"smdist.test.trigger.{uuid.uuid4().hex}")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    logger.addHandler(Keep())
-    trigger._log = logger
-    trigger._cached_logger = logger  # an operator's logger on Airflow >= 3.3 (airflow.sdk's GenericDAGNode.log)
-
-
 def _submitted(prefix: str, count: int, tmp_path, monkeypatch) -> tuple[list[str], float]:
     """``count`` training jobs submitted to the moto server (the triggers' cursors under ``tmp_path``): their
     names and a creation time just before them."""
@@ -160,7 +145,7 @@ def test_deferred_jobs_cost_one_describe_per_lifetime_with_logs_coalesced_on_mot
     triggers = {n: _moto_trigger(n, created, 0.3) for n in names}
     logs = {n: [] for n in names}
     for n, t in triggers.items():
-        _capture(t, logs[n])
+        capture_log(t, logs[n])
 
     async def scenario():
         tasks = _first_events(triggers)
@@ -200,7 +185,7 @@ def test_a_trigger_rebuilt_after_a_triggerer_restart_resumes_the_log_without_rep
     first = _moto_trigger(name, time.time() - 5, 0.2)
     _path, kwargs = first.serialize()
     shown: list[str] = []
-    _capture(first, shown)
+    capture_log(first, shown)
 
     async def until_cancelled():
         task = asyncio.ensure_future(first.run().__anext__())
@@ -216,7 +201,7 @@ def test_a_trigger_rebuilt_after_a_triggerer_restart_resumes_the_log_without_rep
     seed_log_stream(moto_server, group, stream, [(now_ms + 500 + i, f"line {3 + i}") for i in range(2)])
     set_training_job_status(name, "Completed")
     again = SageMakerDistributedTrainingTrigger(**kwargs)  # what a new triggerer builds from the database
-    _capture(again, shown)
+    capture_log(again, shown)
 
     async def to_the_end():
         async for event in again.run():
@@ -229,7 +214,7 @@ def test_a_trigger_rebuilt_after_a_triggerer_restart_resumes_the_log_without_rep
     retry_lines: list[str] = []
     retry = _moto_trigger(name, time.time() - 60, 0.2, cursor_key="try-2")
     set_training_job_status(name, "Completed")
-    _capture(retry, retry_lines)
+    capture_log(retry, retry_lines)
     retry.job_status = "InProgress"
 
     async def retry_run():
@@ -261,7 +246,7 @@ def test_trigger_yields_the_terminal_status_and_streams_logs(tmp_path, monkeypat
     else:
         from airflow.exceptions import TaskDeferred
     task_log: list[str] = []
-    _capture(op, task_log)  # the operator's own logger: what the task writes to its log
+    capture_log(op, task_log)  # the operator's own logger: what the task writes to its log
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     trigger = deferred.value.trigger
@@ -454,7 +439,7 @@ def test_a_line_cloudwatch_ingests_late_is_logged_once_by_the_next_sweep(moto_se
     seed_log_stream(moto_server, group, stream, [(now_ms + i, f"line {i}") for i in range(3)])
     trigger = _moto_trigger(name, time.time() - 5, 0.2)
     shown: list[str] = []
-    _capture(trigger, shown)
+    capture_log(trigger, shown)
 
     async def scenario():
         task = asyncio.ensure_future(trigger.run().__anext__())
@@ -635,7 +620,7 @@ def test_a_job_ending_costs_no_log_call_of_its_own_the_log_round_follows_each_li
     triggers = {n: _moto_trigger(n, created, 0.4) for n in names}
     logs: dict[str, list[str]] = {n: [] for n in names}
     for n, t in triggers.items():
-        _capture(t, logs[n])
+        capture_log(t, logs[n])
     from moto.sagemaker.responses import SageMakerResponse
 
     answered: list[str] = []
@@ -687,7 +672,7 @@ def test_no_log_call_is_made_while_every_watched_job_is_still_provisioning(moto_
     triggers = {n: _moto_trigger(n, created, 0.3, secondary="Starting") for n in names}
     logs: dict[str, list[str]] = {n: [] for n in names}
     for n, t in triggers.items():
-        _capture(t, logs[n])
+        capture_log(t, logs[n])
 
     def lines(n: str, first: int, count: int) -> None:
         now_ms = int(time.time() * 1000)
