@@ -25,3 +25,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The session's private root (AIRFLOW_HOME, job root, image runtimes: gigabytes) goes with the session, so
+    repeated runs on one machine (CI, several Pythons) do not fill its disk."""
+    import shutil
+
+    shutil.rmtree(_ROOT, ignore_errors=True)
