@@ -818,9 +818,8 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os
     if code and prefer:  # the requirements need other versions than the runtime's: as pip would, upgrade
         log("the requirements need versions other than the runtime's; resolving them without its pins")
         code, out = _run(cmd, log=log, cwd=str(code_dir))
-    if code and tls_failure(out):
-        log(str(tls_error("requirements.txt", "the job's requirements could not be installed",
-                          tls_failure(out) or "", out)))
+    if code and (tls := tls_failure(out)):
+        log(str(tls_error("requirements.txt", "the job's requirements could not be installed", tls, out)))
     if code:
         raise LayerError(install_error("InstallModuleError" if has_setup else "InstallRequirementsError", code,
                                        out, toolkit_cmd.split()))
