@@ -42,6 +42,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -430,6 +431,15 @@ class JobNetwork:
             host.append(f"route add default via {self.gateway} dev eth0")
         with inside(pid):  # ip started from this thread runs in the host's namespace
             ip(batch=host)
+
+    def unplug(self, n: int, timeout: float = 5) -> None:
+        """Take host ``n``'s link away (a host that ran a pre-run step: the kernel frees a network namespace's
+        links asynchronously, and the host's entry point gets the same link name)."""
+        outside = self.outside(n)
+        ip("link", "del", outside, check=False)
+        deadline = time.monotonic() + timeout
+        while os.path.exists(f"/sys/class/net/{outside}") and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def forward(self, pid: int, endpoint: tuple[str, int]) -> None:
         """Let the host reach ``endpoint`` (a loopback address and port of this machine) at the same

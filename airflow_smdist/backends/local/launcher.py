@@ -39,6 +39,8 @@ FALLBACK_DIFFERENCES = (
      "socket.gethostname() is this machine's name"),
     "hard-coded /opt/ml paths do not resolve: scripts must read SAGEMAKER_BASE_DIR and the SM_* paths",
     "EnableNetworkIsolation is not enforced",
+    ("the job's code reaches what the worker's user reaches (its files, other jobs of that user, AIRFLOW_HOME): "
+     "hosts have no root file system of their own"),
 )
 
 
@@ -156,15 +158,57 @@ class HostProcess:
         os.write(self.lifeline, b"g")
 
 
+@dataclass(frozen=True)
+class HostView:
+    """What of this machine a namespaced host sees besides its own ``/opt/ml`` and private root file system
+    (see :func:`.hostinit.setup_namespace`): ``ro`` read-only, ``rw`` writable, ``hide`` empty."""
+
+    ro: tuple[str, ...] = ()
+    rw: tuple[str, ...] = ()
+    hide: tuple[str, ...] = ()
+
+
+def interpreter_paths(python: str | None = None) -> list[str]:
+    """What running ``python`` needs (default: the worker's): its prefix and the real installation it links to
+    (a venv's ``bin/python`` is a link to its base interpreter, whose standard library it imports)."""
+    paths = [os.path.realpath(sys.base_prefix)]
+    if python:
+        real = os.path.realpath(python)
+        paths.append(os.path.dirname(os.path.dirname(real)))
+    return paths
+
+
+#: the capabilities of a container (Docker's default set, which SageMaker's containers run with), as
+#: hostinit.py keeps them; for setpriv
+CONTAINER_CAPS = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+                  "net_bind_service", "net_raw", "sys_chroot", "mknod", "audit_write", "setfcap")
+
+
+def contained() -> list[str]:
+    """The prefix that gives a command started into a host from outside (``nsenter``: Open MPI's daemons) the
+    capabilities the host's own processes have, no more (util-linux ``setpriv``, beside ``nsenter``)."""
+    bounding = ",".join(["-all", *(f"+{c}" for c in CONTAINER_CAPS)])
+    return ["setpriv", f"--bounding-set={bounding}", "--inh-caps=-all", "--"]
+
+
+def provider_code() -> str:
+    """The provider's own package (its in-job code: the built-in XGBoost algorithm, the transform worker, the
+    MPI agent), without the rest of the directory that holds it (an editable install's checkout)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
 def spawn_host(argv: list[str], *, env: dict, cwd: str, stdout, isolation: str, host_dir: str,
-               hostname: str, etc_hosts: str | None = None, keep: list[str] | None = None) -> HostProcess:
+               hostname: str, etc_hosts: str | None = None, view: HostView | None = None) -> HostProcess:
     """Start one host's init process (see :mod:`.hostinit`); call ``go()`` once its network is set up."""
     import json
 
     life_r, life_w = os.pipe()
     ready_r, ready_w = os.pipe() if isolation == "namespace" else (None, None)
+    view = view or HostView()
     spec = {"argv": argv, "cwd": cwd, "lifeline": life_r, "ready": ready_w, "isolation": isolation,
-            "host_dir": host_dir, "hostname": hostname, "etc_hosts": etc_hosts, "keep": keep or []}
+            "host_dir": host_dir, "hostname": hostname, "etc_hosts": etc_hosts, "home": env.get("HOME"),
+            "ro": [*view.ro, *interpreter_paths(), provider_code()], "rw": list(view.rw),
+            "hide": list(view.hide)}
     cmd = [sys.executable, "-I", "-S", HOSTINIT, json.dumps(spec)]
     if isolation == "namespace":
         cmd = [*unshare_prefix(), *cmd]

@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from airflow_smdist.backends.local import launcher
 import tempfile
 import threading
 from pathlib import Path
@@ -168,7 +169,7 @@ class AgentServer:
     def command(self, host: dict, command: str) -> list[str]:
         if self.isolation == "namespace":
             return ["nsenter", f"--target={host['pid']}", "--mount", "--uts", "--ipc", "--net", "--pid", "--",
-                    "/bin/sh", "-c", f"cd {shlex.quote(host['cwd'])} && {command}"]
+                    *launcher.contained(), "/bin/sh", "-c", f"cd {shlex.quote(host['cwd'])} && {command}"]
         return ["/bin/sh", "-c", command]
 
     def _handle(self, conn: socket.socket) -> None:

@@ -426,6 +426,12 @@ class ProcessingSupervisor(JobSupervisor):
         homes = [(self.spark or {}).get("home"), os.environ.get("JAVA_HOME")]
         return super().keep_paths() + [h for h in homes if h and os.path.isdir(h)]
 
+    def writable_paths(self) -> list[str]:
+        """Also the Spark application's work directories (its event logs, its executors' files)."""
+        spark = self.dir / "spark"
+        spark.mkdir(exist_ok=True)
+        return super().writable_paths() + [str(spark)]
+
     def network_isolated(self) -> bool:
         return bool((self.request.get("NetworkConfig") or {}).get("EnableNetworkIsolation"))
 
@@ -464,6 +470,7 @@ class ProcessingSupervisor(JobSupervisor):
         base = OPT_ML if isolation == "namespace" else str(hd)
         opts = parse_smspark([relocate(t, base) for t in argv[1:]])
         outside = lambda p: relocate(p, str(hd))  # noqa: E731 - the supervisor's view of a container path
+        inside = lambda p: base + p[len(str(hd)):] if p.startswith(str(hd) + "/") else p  # noqa: E731 - the host's
         work = self.dir / "spark" / primary.label
         conf_dir, events_tmp, deps_dir, cwd = work / "conf", work / "events", work / "deps", work / "work"
         for d in (conf_dir, events_tmp, deps_dir, cwd):
@@ -507,7 +514,7 @@ class ProcessingSupervisor(JobSupervisor):
             cmd += ["--class", opts["class"]]
         for opt in ("jars", "py_files", "files"):
             if opts.get(opt):
-                cmd += [f"--{opt.replace('_', '-')}", self.expand_deps(opts[opt], outside, deps_dir)]
+                cmd += [f"--{opt.replace('_', '-')}", self.expand_deps(opts[opt], outside, deps_dir, inside)]
         for key in sorted(conf):
             cmd += ["--conf", f"{key}={conf[key]}"]
         cmd += [opts["app"], *opts["app_arguments"]]
@@ -573,9 +580,10 @@ class ProcessingSupervisor(JobSupervisor):
         with open(self.dir / "logs" / f"{host.label}.jsonl", "a") as f:
             f.write(json.dumps({"t": time.time(), "m": message}) + "\n")
 
-    def expand_deps(self, value: str, outside, deps_dir: Path) -> str:
+    def expand_deps(self, value: str, outside, deps_dir: Path, inside=lambda p: p) -> str:
         """smspark's _get_list_of_files: a directory becomes the files in it; s3:// (and file://) URIs are
-        fetched into the job directory, because the local Spark has no s3a client."""
+        fetched into the job directory, because the local Spark has no s3a client. Paths as the host sees them
+        (``inside``: a namespaced host sees its own files under /opt/ml, not under the job directory)."""
         out = []
         for item in value.split(","):
             if not item:
@@ -590,9 +598,9 @@ class ProcessingSupervisor(JobSupervisor):
                 files = sorted(str(f) for f in path.iterdir() if f.is_file())
                 if not files:
                     raise PlatformError(f"ClientError: smspark-submit found zero files in {item}")
-                out += files
+                out += [inside(f) for f in files]
             elif path.is_file():
-                out.append(str(path))
+                out.append(inside(str(path)))
             else:
                 raise PlatformError(f"ClientError: smspark-submit: file path {item} does not exist")
         return ",".join(out)

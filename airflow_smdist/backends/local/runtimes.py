@@ -241,7 +241,7 @@ def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
     shim = job_bin / "pip"
     shim.write_text(PIP_SHIM.format(uv=shlex.quote(uv_binary()), python=shlex.quote(rt.python),
                                     layer=shlex.quote(str(layer)), sources=shlex.join(uv_source_args()),
-                                    tls="".join(f"export {k}={shlex.quote(v)}\n" for k, v in tls_env().items())))
+                                    tls="".join(f"export {k}={shlex.quote(v)}\n" for k, v in job_tls_env().items())))
     shim.chmod(0o755)
     for alias in ("pip3",):
         (job_bin / alias).unlink(missing_ok=True)
@@ -477,6 +477,21 @@ def tls_env() -> dict[str, str]:
     return env
 
 
+def job_tls_env() -> dict[str, str]:
+    """What a job's ``pip`` gets of :func:`tls_env`: the machine's CA settings and trusted hosts, so it reaches the
+    index the supervisor's installs reach; never the worker's client certificate (a credential of the worker)."""
+    env = {k: v for k, v in tls_env().items() if k != "SSL_CLIENT_CERT"}
+    for key in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
+        if key not in env and os.environ.get(key) and os.path.exists(os.environ[key]):
+            env[key] = os.environ[key]
+    return env
+
+
+def tls_files() -> list[str]:
+    """The CA files and directories a job's ``pip`` reads (a namespaced host sees them read-only)."""
+    return [v for k, v in job_tls_env().items() if k in ("SSL_CERT_FILE", "SSL_CERT_DIR")]
+
+
 #: how uv (rustls, native-tls) and Python's ssl say that a certificate was not trusted
 _TLS_FAILURE = re.compile(r"invalid peer certificate|certificate verify failed|UnknownIssuer|unknown ca\b|"
                           r"self[- ]signed certificate|NotValidForName|certificate (?:has )?expired|"
@@ -522,6 +537,13 @@ def uv_source_args() -> list[str]:
         if os.path.isfile(path):
             args += ["--constraint", path]
     return args
+
+
+def source_paths() -> list[str]:
+    """The files of this machine :func:`uv_source_args` names (find-links directories, constraint files): a
+    namespaced host that runs uv sees them read-only."""
+    args = uv_source_args()
+    return [v for k, v in zip(args, args[1:]) if k in ("--find-links", "--constraint") and os.path.exists(v)]
 
 
 def local_torch_version() -> str | None:
@@ -795,12 +817,18 @@ def resolve(image: str | None, *, local_root: str | os.PathLike, job_dir: str | 
     return _with_platform(rt, job_dir)
 
 
+#: runs an install command in a directory: (exit code, output)
+Runner = Callable[[list[str], str], tuple[int, str]]
+
+
 def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os.PathLike,
-                  log: Callable[[str], None] = lambda _m: None) -> Runtime:
+                  log: Callable[[str], None] = lambda _m: None, run: Runner | None = None,
+                  cwd: str | None = None) -> Runtime:
     """The training toolkit's pre-run install for a code directory: ``setup.py`` present -> the package
     (and ``requirements.txt``), else ``requirements.txt`` alone; into ``layer``, which goes first on the
     hosts' PYTHONPATH. The runtime's own versions are kept where the requirements allow (as pip keeps what an
-    image has). Raises :class:`LayerError` with the toolkit's message when the install fails."""
+    image has). ``run`` runs the install (inside a host, in ``cwd``: the code directory as the host sees it);
+    without it, here. Raises :class:`LayerError` with the toolkit's message when the install fails."""
     code_dir = Path(code_dir)
     has_setup = (code_dir / "setup.py").exists()
     has_reqs = (code_dir / "requirements.txt").exists()
@@ -814,10 +842,12 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os
     log(f"installing {' and '.join(a for a in ('the setup.py package' if has_setup else '', 'requirements.txt' if has_reqs else '') if a)} "
         f"into the job's layer (as the training toolkit's: {toolkit_cmd})")
     started = time.time()
-    code, out = _run(cmd + (["--constraint", str(prefer)] if prefer else []), log=log, cwd=str(code_dir))
+    runner: Runner = run or (lambda c, d: _run(c, log=log, cwd=d))
+    where = cwd or str(code_dir)
+    code, out = runner(cmd + (["--constraint", str(prefer)] if prefer else []), where)
     if code and prefer:  # the requirements need other versions than the runtime's: as pip would, upgrade
         log("the requirements need versions other than the runtime's; resolving them without its pins")
-        code, out = _run(cmd, log=log, cwd=str(code_dir))
+        code, out = runner(cmd, where)
     if code and (tls := tls_failure(out)):
         log(str(tls_error("requirements.txt", "the job's requirements could not be installed", tls, out)))
     if code:

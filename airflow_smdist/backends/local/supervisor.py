@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from airflow_smdist.backends.local import contract, hostnet, launcher
 from airflow_smdist.kinds import kind_info
@@ -422,13 +423,34 @@ class JobSupervisor:
                 f"(nftables masquerade{forwarding}){hostnet.dns_note()}")
 
     def keep_paths(self) -> list[str]:
-        """Directories of this machine a host must see beside its own (under /tmp they would be hidden): the
-        job's runtime and layer; kinds add theirs."""
+        """What of this machine a host reads besides the system, the interpreter and its own files (read-only):
+        the job's runtime (the worker's virtualenv only when the job runs in the worker's interpreter), what its
+        installs and its ``pip`` run (uv, the CA files and the find-links and constraint files of the machine's
+        index settings); kinds add theirs."""
         rt = self.runtime
         if rt is None:
             return []
-        paths = [rt.root, rt.platform_dir, rt.job_bin, *(rt.env.get("PYTHONPATH") or "").split(os.pathsep)]
+        paths = [rt.root, *launcher.interpreter_paths(rt.python)]
+        if rt.is_worker:
+            paths.append(sys.prefix)
+        from airflow_smdist.backends.local import runtimes as rts  # a job with a runtime loaded it already
+
+        paths += [rts.uv_binary(), *rts.tls_files(), *rts.source_paths()]  # its installs and its pip
         return [p for p in paths if p]
+
+    def writable_paths(self) -> list[str]:
+        """What a host writes outside its ``/opt/ml`` and private root: the job's layer (its ``pip`` installs
+        there, as a container's pip into its own copy of the image); kinds add theirs."""
+        layer = self.dir / "layer"
+        layer.mkdir(exist_ok=True)
+        return [str(layer)]
+
+    def host_view(self) -> launcher.HostView:
+        """A namespaced host's view of this machine (see :func:`.hostinit.setup_namespace`): this job's own
+        directory read-only, without the other hosts' directories; nothing of the job root, other jobs,
+        AIRFLOW_HOME, the worker's home or checkout."""
+        return launcher.HostView(ro=(str(self.dir), *self.keep_paths()), rw=tuple(self.writable_paths()),
+                                 hide=(str(self.dir / "hosts"),))
 
     def close_network(self) -> None:
         if self.net is not None:
@@ -470,7 +492,7 @@ class JobSupervisor:
         hd = self.host_dir(host)
         proc = launcher.spawn_host(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, isolation=self.isolation,
                                    host_dir=str(hd), hostname=host.label, etc_hosts=str(self.dir / "etc-hosts"),
-                                   keep=[str(self.dir), launcher.package_root(), sys.prefix, *self.keep_paths()])
+                                   view=self.host_view() if self.isolation == "namespace" else None)
         self.procs[host.label] = proc
         self.sampler.add(host.label, proc.proc, channels=self.channel_bytes(host))
         t = threading.Thread(target=self.reader, args=(host, proc.proc.stdout), daemon=True)
@@ -483,6 +505,38 @@ class JobSupervisor:
             for endpoint in self.forwarded_endpoints():
                 self.net.forward(proc.pid, endpoint)
         proc.go()
+
+    def run_in_host(self, host: contract.Host, argv: list[str], env: dict, cwd: str,
+                    log: Callable[[str], None]) -> tuple[int, str]:
+        """Run one command in ``host`` before its entry point, as the toolkit runs its pre-run steps (pip) inside
+        the container: the host's view of the machine, its clean environment and its network (not the
+        supervisor's, which holds the worker's secrets); each line into ``log``. Returns (exit code, output)."""
+        import subprocess
+
+        proc = launcher.spawn_host(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, isolation=self.isolation,
+                                   host_dir=str(self.host_dir(host)), hostname=host.label,
+                                   etc_hosts=str(self.dir / "etc-hosts"),
+                                   view=self.host_view() if self.isolation == "namespace" else None)
+        n = int(host.label.split("-")[1])
+        lines: list[str] = []
+        try:
+            if self.net is not None:
+                proc.wait_ready()
+                self.settle_network()
+                self.net.plug(n, proc.pid)  # no forwarded endpoints: an install reaches the index, not S3
+            proc.go()
+            assert proc.proc.stdout is not None
+            for raw in proc.proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                lines.append(line)
+                if line.strip():
+                    log(line)
+            code = proc.proc.wait()
+        finally:
+            os.close(proc.lifeline)
+            if self.net is not None:
+                self.net.unplug(n)
+        return code, "\n".join(lines)
 
     def max_runtime(self) -> float | None:
         value = (self.request.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds")

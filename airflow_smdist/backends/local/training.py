@@ -114,6 +114,11 @@ class TrainingSupervisor(JobSupervisor):
         spec = self.request["AlgorithmSpecification"]
         return spec.get("MetricDefinitions") or builtin_metric_definitions(self.request)
 
+    def keep_paths(self) -> list[str]:
+        """Also the socket of Open MPI's rsh agent server (outside the job's directory: a socket path is short)."""
+        agents = [self.agents.path] if self.agents is not None and os.path.exists(self.agents.path) else []
+        return super().keep_paths() + agents
+
     def periodic(self) -> None:
         self.sync_checkpoints(self.cluster)
         self.save()  # metrics so far reach DescribeTrainingJob while the job runs, as on SageMaker
@@ -221,7 +226,11 @@ class TrainingSupervisor(JobSupervisor):
                 if path.is_file() and not entry.endswith(".py"):
                     os.chmod(path, 0o777)
         if code.is_dir() and entry:
-            rt = runtimes.install_layer(rt, code, self.dir / "layer", log=self.say)
+            self.runtime, first = rt, cluster.hosts[0]  # what the installing host sees (keep_paths)
+            env = {**rt.apply(self.base_env()), **runtimes.job_tls_env()}
+            inside = "/opt/ml/code" if self.isolation == "namespace" else str(code)
+            rt = runtimes.install_layer(rt, code, self.dir / "layer", log=self.say, cwd=inside,
+                                        run=lambda cmd, cwd: self.run_in_host(first, cmd, env, cwd, self.say))
             self.save(runtime=rt.to_json())
         return rt
 
