@@ -105,5 +105,8 @@ def get_provider_info() -> dict:
             {"name": "smdist_processing",
              "class-name": "airflow_smdist.decorators.processing.smdist_processing_task"},
         ],
+        # Airflow >= 3.2 adds these to its CLI (`airflow smdist ...`); older lines ignore the key (the
+        # `smdist` console script serves the same commands there)
+        "cli": ["airflow_smdist.cli.definition.get_smdist_cli_commands"],
         "extra-links": [link for k in KINDS.values() for link in k.links],  # the job-kind registry's
     }
