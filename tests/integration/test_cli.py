@@ -1,5 +1,6 @@
 """`airflow smdist jobs ...` (and the `smdist` console script) on real local jobs, run as users run them: as
-subprocesses with their own AIRFLOW_HOME, asserting on what they print."""
+subprocesses with their own AIRFLOW_HOME, asserting on what they print. Also the smdist connection's
+``local_retention``, at submit."""
 
 from __future__ import annotations
 
@@ -195,3 +196,33 @@ def test_prune_spares_a_job_whose_task_instance_still_runs(home, backend):
     gone = {r["name"]: r for r in rows(cli(env, "jobs", "prune", "--older-than", "1d", "-o", "json"))}
     assert gone[name]["action"] == "removed" and not backend.job_dir("training", name).exists()
 
+
+def test_local_retention_prunes_at_submit_at_most_every_interval(home, backend, monkeypatch):
+    """The smdist connection's ``local_retention``: a submit through the connection's backend removes the
+    finished jobs older than it; the next submit within the interval does not look again."""
+    from airflow_smdist.backends.local import retention
+    from airflow_smdist.hooks.smdist import SmdistHook
+
+    path, _ = home
+    monkeypatch.setenv("AIRFLOW_CONN_SMDIST_RETENTION", json.dumps(
+        {"conn_type": "smdist", "extra": {"local_root": str(path / "jobs"), "local_retention": "1d"}}))
+    connected = SmdistHook("smdist_retention").get_backend()
+    assert connected.local_retention == "1d"
+    (path / "jobs" / ".retention").unlink(missing_ok=True)
+    old, fresh = (submit(backend, path, "talk.py", hps={"lines": 1}) for _ in range(2))
+    for name in (old, fresh):
+        wait_until(lambda n=name: status(backend, n) == "Completed", what=f"{name} to complete")
+    age(backend, old, 2 * DAY)
+
+    started = time.monotonic()
+    submit(connected, path, "talk.py", hps={"lines": 1})
+    assert time.monotonic() - started < 10
+    assert not backend.job_dir("training", old).exists() and backend.job_dir("training", fresh).exists()
+
+    age(backend, fresh, 2 * DAY)
+    submit(connected, path, "talk.py", hps={"lines": 1})  # within the interval: no second pass
+    assert backend.job_dir("training", fresh).exists()
+    stamp = path / "jobs" / ".retention"
+    os.utime(stamp, (time.time() - retention.RETENTION_INTERVAL_SECONDS - 1,) * 2)
+    submit(connected, path, "talk.py", hps={"lines": 1})
+    assert not backend.job_dir("training", fresh).exists()
