@@ -36,6 +36,13 @@ CONNECTION_FIELDS: dict = {
                        "else $AIRFLOW_HOME/smdist.",
         "schema": {"type": ["string", "null"]},
     },
+    "local_retention": {
+        "label": "Local job retention",
+        "description": "Finished local jobs older than this (e.g. 30d, 12h) are removed when a local job is "
+                       "submitted (at most every 10 minutes); never a running job or one whose task instance "
+                       "still runs. Empty: jobs are kept (airflow smdist jobs prune removes them).",
+        "schema": {"type": ["string", "null"], "pattern": "^$|^\\s*[0-9]+(\\.[0-9]+)?\\s*[smhdw]\\s*$"},
+    },
     "s3_endpoint_url": {
         "label": "S3 endpoint URL (local backend)",
         "description": "S3-compatible endpoint the local backend reads s3:// data from and writes it to "
@@ -105,5 +112,8 @@ def get_provider_info() -> dict:
             {"name": "smdist_processing",
              "class-name": "airflow_smdist.decorators.processing.smdist_processing_task"},
         ],
+        # Airflow >= 3.2 adds these to its CLI (`airflow smdist ...`); older lines ignore the key (the
+        # `smdist` console script serves the same commands there)
+        "cli": ["airflow_smdist.cli.definition.get_smdist_cli_commands"],
         "extra-links": [link for k in KINDS.values() for link in k.links],  # the job-kind registry's
     }

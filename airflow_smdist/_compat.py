@@ -57,12 +57,17 @@ __all__ = [
     "BaseOperatorLink",
     "BaseSensorOperator",
     "ConnectionLookupError",
+    "FINISHED_TI_STATES",
     "Param",
     "PokeReturnValue",
+    "TaskStateUnknown",
     "default_deferrable",
     "get_connection_extra",
     "mask_hyperparameter",
     "mask_secret",
+    "provider_cli_supported",
+    "sensitive_name",
+    "task_instance_state",
     "taskflow_base",
 ]
 
@@ -182,3 +187,74 @@ def taskflow_base():
     else:  # Airflow 2.10 / 2.11
         from airflow.decorators.base import DecoratedOperator, task_decorator_factory  # type: ignore[no-redef]
     return DecoratedOperator, task_decorator_factory
+
+
+# -- the `smdist` commands (airflow_smdist.cli) ---------------------------------------------------------------
+#: Airflow >= 3.2 adds the commands a provider lists under its provider info's ``cli`` key to its own CLI
+#: (``airflow smdist ...``); 2.10, 2.11, 3.0 and 3.1 only take commands from executors and auth managers, so
+#: there the same commands are the ``smdist`` console script (``[project.scripts]``).
+def provider_cli_supported() -> bool:
+    from airflow.providers_manager import ProvidersManager
+
+    return hasattr(ProvidersManager, "cli_command_functions")
+
+
+#: a task instance in one of these states no longer uses its jobs (Airflow's ``State.finished``)
+FINISHED_TI_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
+
+
+class TaskStateUnknown(Exception):
+    """Neither the Task SDK (in a task on Airflow 3) nor the metadata database can tell a task instance's state."""
+
+
+def _ti_state_from_task_sdk(dag_id: str, task_id: str, run_id: str, map_index: int) -> tuple[bool, str | None] | None:
+    """Inside a running task on Airflow 3 (no database access there): ask the API server through the task
+    runner's channel. None outside a task."""
+    if not AIRFLOW_V_3_0_PLUS:
+        return None
+    from airflow.sdk.execution_time import task_runner
+
+    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
+        return None
+    states = task_runner.RuntimeTaskInstance.get_task_states(dag_id=dag_id, map_index=map_index,
+                                                             task_ids=[task_id], run_ids=[run_id])
+    key = task_id if map_index < 0 else f"{task_id}_{map_index}"  # as the execution API keys them
+    run = states.get(run_id) or {}
+    return (True, run[key]) if key in run else (False, None)
+
+
+def _ti_state_from_db(dag_id: str, task_id: str, run_id: str, map_index: int) -> tuple[bool, str | None]:
+    from sqlalchemy import select
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.execute(select(TaskInstance.state).where(
+            TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id, TaskInstance.run_id == run_id,
+            TaskInstance.map_index == map_index)).first()
+    return (False, None) if row is None else (True, None if row[0] is None else str(row[0]))
+
+
+def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index: int) -> tuple[bool, str | None]:
+    """(whether the task instance exists, its state) from the Task SDK inside a task on Airflow 3, else from the
+    metadata database (the CLI; Airflow 2's workers). Raises :class:`TaskStateUnknown` when neither answers."""
+    try:
+        answer = _ti_state_from_task_sdk(dag_id, task_id, run_id, map_index)
+        return answer if answer is not None else _ti_state_from_db(dag_id, task_id, run_id, map_index)
+    except Exception as exc:  # noqa: BLE001 - no database configured, unreachable, not migrated, no API server
+        raise TaskStateUnknown(f"{type(exc).__name__}: {exc}") from exc
+
+
+def sensitive_name(name: str) -> bool:
+    """Whether a value named ``name`` (a hyperparameter, an environment variable) looks secret, as Airflow's
+    secrets masker decides for connection extras and variables (``[core] sensitive_var_conn_names`` too)."""
+    for module in ("airflow.sdk._shared.secrets_masker", "airflow._shared.secrets_masker",
+                   "airflow.sdk.execution_time.secrets_masker", "airflow.utils.log.secrets_masker"):
+        try:
+            should_hide = __import__(module, fromlist=["should_hide_value_for_key"]).should_hide_value_for_key
+            return bool(should_hide(name))
+        except (ImportError, AttributeError):
+            continue
+    lowered = name.lower()  # pragma: no cover - every supported line has one of the above
+    return any(s in lowered for s in ("password", "secret", "token", "api_key", "apikey", "private_key"))

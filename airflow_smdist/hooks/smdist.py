@@ -3,7 +3,8 @@
 Connection extra (all optional)::
 
     {"backend": "local" | "sagemaker", "aws_conn_id": "aws_default", "region_name": "us-east-1",
-     "local_root": "/path/for/local/jobs", "s3_endpoint_url": "http://127.0.0.1:5000"}
+     "local_root": "/path/for/local/jobs", "s3_endpoint_url": "http://127.0.0.1:5000",
+     "local_retention": "30d"}
 
 The backend is chosen by the operator's ``backend=`` argument, else this connection's ``backend`` extra,
 else the ``SMDIST_BACKEND`` environment variable, else ``local``.
@@ -102,7 +103,8 @@ class SmdistHook(BaseHook):
 
         return LocalBackend(self.extra.get("local_root"), region_name=self.region_name,
                             s3_endpoint_url=self.extra.get("s3_endpoint_url"),
-                            local_runtimes=self.extra.get("local_runtimes"))
+                            local_runtimes=self.extra.get("local_runtimes"),
+                            local_retention=self.extra.get("local_retention"))
 
     def get_conn(self):
         return self.get_backend()

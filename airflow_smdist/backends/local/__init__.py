@@ -113,8 +113,11 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, root: str | os.PathLike | None = None, *, region_name: str | None = None,
-                 s3_endpoint_url: str | None = None, local_runtimes: dict | None = None) -> None:
+                 s3_endpoint_url: str | None = None, local_runtimes: dict | None = None,
+                 local_retention: str | None = None) -> None:
         self.store = JobStore(root)
+        #: the smdist connection's ``local_retention`` ("30d"): finished jobs older than it go at submit (.retention)
+        self.local_retention = local_retention
         self.region = region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.s3_endpoint_url = s3_endpoint_url
         #: runtimes declared for user images (the smdist connection's ``local_runtimes`` extra; see .runtimes)
@@ -169,6 +172,10 @@ class LocalBackend:
             if isinstance(exc, FileExistsError):
                 raise self._name_taken(kind, name) from None
             raise
+        if self.local_retention:
+            from airflow_smdist.backends.local.retention import prune_after_submit
+
+            prune_after_submit(self, self.local_retention)
         return name
 
     def _name_taken(self, kind: str, name: str) -> BackendError:

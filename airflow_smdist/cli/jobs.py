@@ -1,0 +1,190 @@
+"""``smdist jobs ...``: list, describe, follow, stop and prune the local backend's jobs (the console of local jobs).
+
+Each function takes the parsed arguments (``argparse.Namespace``), as Airflow's CLI calls its commands; the same
+functions serve ``airflow smdist jobs ...`` (Airflow >= 3.2) and the ``smdist`` console script (see
+:mod:`airflow_smdist.cli.definition`). Jobs are found under the job root of the ``smdist`` connection
+(``--conn-id``, ``local_root`` extra), else ``SMDIST_LOCAL_ROOT``, else ``$AIRFLOW_HOME/smdist``; ``--root``
+overrides it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from airflow_smdist.backends.base import JOB_KINDS, TERMINAL_STATES
+
+#: request/description keys whose values are name -> value maps, masked by name
+MASKED_MAPS = frozenset({"HyperParameters", "StaticHyperParameters", "Environment"})
+MASK = "***"
+#: how often ``logs --follow`` looks for new lines when none came
+FOLLOW_POLL_SECONDS = 0.5
+
+
+class CommandError(SystemExit):
+    """A user's mistake (no such job, an ambiguous name): its message, exit status 1, no traceback."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"Error: {message}")
+
+
+def get_backend(args: argparse.Namespace) -> Any:
+    """The local backend of the ``smdist`` connection (``--conn-id``), or of ``--root``."""
+    from airflow_smdist.backends.local import LocalBackend
+
+    if getattr(args, "root", None):
+        return LocalBackend(args.root)
+    from airflow_smdist.hooks.smdist import SmdistHook
+
+    return SmdistHook(getattr(args, "conn_id", None) or SmdistHook.default_conn_name).get_backend("local")
+
+
+def find_job(backend: Any, name: str, kind: str | None = None) -> str:
+    """The kind of the job ``name`` (``kind`` when given): CommandError when none or several have it."""
+    kinds = [kind] if kind else sorted(JOB_KINDS)
+    found = [k for k in kinds if backend.store.exists(k, name)]
+    if not found:
+        raise CommandError(f"no local {kind or ''} job named {name!r} under {backend.store.root}".replace("  ", " "))
+    if len(found) > 1:
+        raise CommandError(f"{name!r} names a job of each kind {found}: give --kind")
+    return found[0]
+
+
+def _iso(epoch: float | None) -> str | None:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds") if epoch else None
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(0.0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def job_row(backend: Any, kind: str, name: str) -> dict[str, Any]:
+    """One line of ``jobs list``."""
+    from airflow_smdist.backends.local.retention import owner_of
+
+    state = backend._live_state(kind, name)  # corrected when its supervisor died without finishing it
+    try:
+        owner = owner_of(backend.list_tags(kind, name))
+    except ValueError:
+        owner = None
+    started = state.get("started") or state.get("created")
+    end = state.get("ended") or (time.time() if state["status"] not in TERMINAL_STATES else None)
+    return {"kind": kind, "name": name, "status": state["status"],
+            "secondary_status": state.get("secondary_status"), "started": _iso(started),
+            "duration": _duration(end - started) if started and end else None,
+            "dag_id": owner.dag_id if owner else None, "task_id": owner.task_id if owner else None,
+            "run_id": owner.run_id if owner else None, "try_number": owner.try_number if owner else None}
+
+
+def list_rows(backend: Any, kind: str | None, status: str | None, name_contains: str | None) -> list[dict[str, Any]]:
+    rows = []
+    for k in [kind] if kind else sorted(JOB_KINDS):
+        for name in backend.store.list(k):
+            if name_contains and name_contains not in name:
+                continue
+            row = job_row(backend, k, name)
+            if status is None or row["status"] == status:
+                rows.append(row)
+    return sorted(rows, key=lambda r: r["started"] or "", reverse=True)
+
+
+def print_rows(rows: list[dict[str, Any]], output: str) -> None:
+    """As Airflow's own commands print (``AirflowConsole``: table, json, yaml, plain)."""
+    from airflow.cli.simple_table import AirflowConsole
+
+    AirflowConsole().print_as(data=rows, output=output)
+
+
+def jobs_list(args: argparse.Namespace) -> None:
+    backend = get_backend(args)
+    print_rows(list_rows(backend, args.kind, args.status, args.name_contains), args.output)
+
+
+def masked(value: Any, sensitive: Callable[[str], bool] | None = None) -> Any:
+    """``value`` with the secret-looking entries of its hyperparameter and environment maps replaced by ***."""
+    if sensitive is None:
+        from airflow_smdist._compat import sensitive_name
+
+        sensitive = sensitive_name
+    if isinstance(value, list):
+        return [masked(v, sensitive) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if key in MASKED_MAPS and isinstance(item, dict):
+            out[key] = {n: MASK if sensitive(str(n)) else v for n, v in item.items()}
+        else:
+            out[key] = masked(item, sensitive)
+    return out
+
+
+def jobs_describe(args: argparse.Namespace) -> None:
+    backend = get_backend(args)
+    kind = find_job(backend, args.name, args.kind)
+    print(json.dumps(masked(backend.describe(kind, args.name)), indent=2, default=str))
+
+
+def _status(backend: Any, kind: str, name: str) -> str:
+    return str(backend._live_state(kind, name)["status"])
+
+
+def _on_host(event_host: str, host: str | None) -> bool:
+    return host is None or event_host == host or event_host.endswith("/" + host)
+
+
+def jobs_logs(args: argparse.Namespace) -> None:
+    """Every log line of the job (``--host``: of that host only); with ``--follow``, then the new ones as they
+    come until the job ends. Each line once, in time order per read, as ``[host] line``."""
+    backend = get_backend(args)
+    kind = find_job(backend, args.name, args.kind)
+    cursor: Any = None
+    while True:
+        done = not args.follow or _status(backend, kind, args.name) in TERMINAL_STATES  # before the read: nothing
+        events, cursor = backend.log_events(kind, args.name, cursor)                 # written before it is missed
+        for event in events:
+            if _on_host(event.host, args.host):
+                sys.stdout.write(f"[{event.host}] {event.message}\n")
+        sys.stdout.flush()
+        if done:
+            return
+        if not events:
+            time.sleep(FOLLOW_POLL_SECONDS)
+
+
+def jobs_stop(args: argparse.Namespace) -> None:
+    """Stop a running job and wait (``--timeout`` seconds) until it has ended."""
+    backend = get_backend(args)
+    kind = find_job(backend, args.name, args.kind)
+    backend.stop(kind, args.name)
+    deadline = time.monotonic() + args.timeout
+    status = _status(backend, kind, args.name)
+    while status not in TERMINAL_STATES and time.monotonic() < deadline:
+        backend.wait_for_change(kind, args.name, min(1.0, max(0.0, deadline - time.monotonic())))
+        status = _status(backend, kind, args.name)
+    print(f"{kind} job {args.name}: {status}")
+    if status not in TERMINAL_STATES:
+        raise CommandError(f"{kind} job {args.name} is still {status} after {args.timeout} s")
+
+
+def jobs_prune(args: argparse.Namespace) -> None:
+    """Remove finished jobs older than ``--older-than``, never one still running or still owned by a running
+    task instance (see :mod:`airflow_smdist.backends.local.retention`)."""
+    from airflow_smdist.backends.local.retention import parse_duration, prune
+
+    try:
+        older_than = parse_duration(args.older_than)
+    except ValueError as exc:
+        raise CommandError(f"--older-than: {exc}") from None
+    backend = get_backend(args)
+    verdicts = prune(backend, older_than, dry_run=args.dry_run)
+    done = "would remove" if args.dry_run else "removed"
+    rows = [{"kind": v.kind, "name": v.name, "action": done if v.delete else "kept",
+             "reason": v.reason.removeprefix("kept: ")} for v in verdicts]
+    print_rows(rows, args.output)
