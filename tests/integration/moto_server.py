@@ -892,6 +892,19 @@ def reset_records() -> None:
     _authorized.clear()
 
 
+#: S3 operations whose IAM action has another name (AWS's "Amazon S3 API operations and the permissions they
+#: need"): moto 5.2.6 authorizes an S3 request by its operation's name (HeadObject, ListObjectsV2, ...) where
+#: earlier releases used the IAM action, so a policy granting s3:GetObject was refused HeadObject
+S3_OPERATION_ACTIONS = {
+    "s3:HeadObject": "s3:GetObject", "s3:ListObjectsV2": "s3:ListBucket", "s3:ListObjects": "s3:ListBucket",
+    "s3:HeadBucket": "s3:ListBucket", "s3:CreateMultipartUpload": "s3:PutObject", "s3:UploadPart": "s3:PutObject",
+    "s3:CompleteMultipartUpload": "s3:PutObject", "s3:CopyObject": "s3:PutObject",
+    "s3:DeleteObjects": "s3:DeleteObject", "s3:ListMultipartUploads": "s3:ListBucketMultipartUploads",
+    "s3:ListParts": "s3:ListMultipartUploadParts", "s3:ListBuckets": "s3:ListAllMyBuckets",
+    "s3:GetObjectAttributes": "s3:GetObject",
+}
+
+
 def install_iam_extensions() -> None:
     """Resources and action names as AWS authorizes them, and a record of refusals (idempotent)."""
     global _iam_installed
@@ -924,6 +937,7 @@ def install_iam_extensions() -> None:
         original_init(self, *args, **kwargs)
         if self._action.startswith("monitoring:"):
             self._action = "cloudwatch:" + self._action[len("monitoring:"):]
+        self._action = S3_OPERATION_ACTIONS.get(self._action, self._action)
 
     IAMRequestBase.__init__ = init
     original_check = IAMRequestBase.check_action_permitted
