@@ -352,13 +352,13 @@ class TrainingSupervisor(JobSupervisor):
             self.agents.start()
         self.agents.add_host(host.name, host.label, env, inside)
         if host.name != dist[0]:
-            return [sys.executable, "-I", "-S", mpi.AGENT, "--wait", self.agents.done_file(host.label)]
+            return [rt.python, "-I", "-S", mpi.AGENT, "--wait", self.agents.done_file(host.label)]  # inside the host
         extra = contract.split_hyperparameters(contract.decode_hyperparameters(
             self.request.get("HyperParameters", {})))[2]
         program = mpi.rank_program(contract.entry_command(entry, args, str(self.host_dir(host) / "code"), rt.python),
                                    rt.python)
         return mpi.master_command(hosts=dist, nproc=nproc, extra=extra, interface=self.cluster.interface, env=env,
-                                  agent=self.agents.agent_script(sys.executable), program=program,
+                                  agent=self.agents.agent_script(rt.python), program=program,
                                   mpirun=mpi.mpirun_path(rt.bin_dir))
 
     def host_line(self, host: contract.Host, message: str) -> None:
