@@ -442,3 +442,18 @@ def test_multi_worker_mirrored_strategy_gets_the_tf_toolkits_tf_config(backend, 
                                  "task": {"index": 1, "type": "worker"}}
     assert configs["algo-1"]["task"] == {"index": 0, "type": "worker"}
     assert sum("reached every peer" in e.message for e in events) == 2
+
+
+@needs_namespaces
+def test_multi_worker_mirrored_strategy_on_one_host_still_gets_tf_config(backend, tmp_path, data):
+    """The toolkit sets TF_CONFIG for MWMS whatever the host count (only the parameter server needs two hosts): a
+    script that reads it on one instance runs there, so it runs here."""
+    name = submit(backend, tmp_path, data, "tf_config.py", instance_count=1,
+                  distribution={"multi_worker_mirrored_strategy": {"enabled": True}})
+    d = wait(backend, name)
+    events = backend.log_events("training", name)[0]
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), [e.message for e in events][-20:])
+    configs = [json.loads(e.message[len("TF_CONFIG="):]) for e in events if e.message.startswith("TF_CONFIG=")]
+    assert configs == [{"cluster": {"worker": ["algo-1:8890"]}, "environment": "cloud",
+                        "task": {"index": 0, "type": "worker"}}]
+    assert any("worker 0 of 1 reached every peer" in e.message for e in events)

@@ -415,8 +415,9 @@ def host_command(*, launcher: str, entry: str, args: list[str], code_dir_outside
 MWMS_PORT = 8890
 
 
-def tf_config(cluster: Cluster, host: Host, port: int = MWMS_PORT) -> dict:
-    """TF_CONFIG of the TensorFlow container for multi_worker_mirrored_strategy: every host a worker
-    (sagemaker-tensorflow-training-toolkit's ``_build_tf_config_for_mwms``)."""
-    return {"cluster": {"worker": [f"{h}:{port}" for h in cluster.names]}, "environment": "cloud",
-            "task": {"index": cluster.rank(host), "type": "worker"}}
+def tf_config(workers: list[str], host: str, port: int = MWMS_PORT) -> dict:
+    """TF_CONFIG of the TensorFlow container for multi_worker_mirrored_strategy: every host of the distribution
+    instance groups a worker, whatever their number (sagemaker-tensorflow-training-toolkit's ``train`` and
+    ``_build_tf_config_for_mwms``; hosts of other groups get none)."""
+    return {"cluster": {"worker": [f"{h}:{port}" for h in workers]}, "environment": "cloud",
+            "task": {"index": workers.index(host), "type": "worker"}}

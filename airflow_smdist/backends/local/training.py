@@ -280,7 +280,7 @@ class TrainingSupervisor(JobSupervisor):
         nproc = contract.processes_per_host(extra, 0)
         dist = cluster.distribution_hosts(extra)
         tracker_port = self.tracker_port(cluster) if runs_builtin_xgboost(req) else None
-        if runner == "mwms" and len(cluster.hosts) > 1:
+        if runner == "mwms":  # the toolkit sets TF_CONFIG for any number of hosts (only the PS needs two)
             self.say("Running distributed training job with multi_worker_mirrored_strategy setup")
         # with MPI the first host starts last: its mpirun reaches the others as soon as it runs
         order = sorted(cluster.hosts, key=lambda h: runner == "mpi" and h.name == dist[0])
@@ -292,8 +292,8 @@ class TrainingSupervisor(JobSupervisor):
                                                  channels=channels_of[host.label], num_cpus=n_cpus,
                                                  master_port=master_port, region=self.state.get("region", "us-east-1")))
             env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS") or str(n_cpus)
-            if runner == "mwms" and len(cluster.hosts) > 1:
-                env["TF_CONFIG"] = json.dumps(contract.tf_config(cluster, host))
+            if runner == "mwms" and host.name in dist:
+                env["TF_CONFIG"] = json.dumps(contract.tf_config(dist, host.name))
                 self.host_line(host, f"TF_CONFIG={env['TF_CONFIG']}")
             cmd = self.host_cmd(host, env, runner=runner, user=user, nproc=nproc, dist=dist, master_port=master_port,
                                 tracker_port=tracker_port)
