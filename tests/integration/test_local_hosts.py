@@ -457,3 +457,26 @@ def test_multi_worker_mirrored_strategy_on_one_host_still_gets_tf_config(backend
     assert configs == [{"cluster": {"worker": ["algo-1:8890"]}, "environment": "cloud",
                         "task": {"index": 0, "type": "worker"}}]
     assert any("worker 0 of 1 reached every peer" in e.message for e in events)
+
+
+@needs_namespaces
+def test_a_host_outside_the_distribution_groups_is_logged_as_the_plain_process_it_runs(backend, tmp_path, data):
+    """A heterogeneous cluster whose MPI distribution names one group: the other group's host runs the entry
+    point as one plain process (the toolkits' ProcessRunner), and the platform line says so, not "mpi runner"."""
+    name = f"hello-{uuid.uuid4().hex[:8]}"
+    plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out", entry_point="hello.py",
+                          source_dir=HOSTS, image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
+                          instance_groups=[{"instance_group_name": "ranks", "instance_type": "ml.m5.xlarge"},
+                                           {"instance_group_name": "side", "instance_type": "ml.c5.xlarge"}],
+                          inputs={"train": data},
+                          distribution={"mpi": {"enabled": True}, "instance_groups": ["ranks"]})
+    upload_source(plan.source_dir, "hello.py", plan.source_uri)
+    backend.submit("training", plan.request)
+    d = wait(backend, name)
+    events = backend.log_events("training", name)[0]
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), [e.message for e in events][-20:])
+    runners = {e.message.split(" ")[0]: e.message for e in events if e.host == "platform" and "process(es)" in e.message}
+    assert runners.keys() == {"algo-1", "algo-2"}, runners
+    assert "mpi runner, 1 process(es)" in runners["algo-1"]
+    assert "process runner (not in the distribution instance groups), 1 process(es)" in runners["algo-2"]
+    assert {e.host for e in events if "hello from " + e.host in e.message} == {"algo-1", "algo-2"}

@@ -297,9 +297,8 @@ class TrainingSupervisor(JobSupervisor):
                 self.host_line(host, f"TF_CONFIG={env['TF_CONFIG']}")
             cmd = self.host_cmd(host, env, runner=runner, user=user, nproc=nproc, dist=dist, master_port=master_port,
                                 tracker_port=tracker_port)
-            what = "sagemaker-xgboost algorithm mode" if tracker_port else runner
-            self.say(f"{host.label} ({host.address}, {host.instance_type}): {what} runner, "
-                     f"{nproc if runner in ('torchrun', 'mpi', 'smddp') and host.name in dist else 1} process(es)")
+            self.say(f"{host.label} ({host.address}, {host.instance_type}): "
+                     f"{self.runner_line(runner, host.name in dist, nproc, tracker_port)}")
             self.start_host(host, cmd, env, inside.p("code"))
             if self.agents is not None and host.name in self.agents.hosts:
                 self.agents.set_pid(host.name, self.procs[host.label].init_pid())
@@ -321,6 +320,16 @@ class TrainingSupervisor(JobSupervisor):
             self.say(f"ports {XGBOOST_TRACKER_PORT}-{XGBOOST_TRACKER_PORT + 1} are taken on this machine: the "
                      f"XGBoost tracker uses {port}-{port + 1}")
         return port
+
+    @staticmethod
+    def runner_line(runner: str, distributed: bool, nproc: int, tracker_port: int | None) -> str:
+        """What a host runs, as the toolkits choose it: a host outside the distribution instance groups runs
+        the entry point as one plain process, whatever the distribution."""
+        if tracker_port:
+            return "sagemaker-xgboost algorithm mode runner, 1 process(es)"
+        if runner in ("torchrun", "mpi", "smddp") and not distributed:
+            return "process runner (not in the distribution instance groups), 1 process(es)"
+        return f"{runner} runner, {nproc if runner in ('torchrun', 'mpi', 'smddp') else 1} process(es)"
 
     def host_cmd(self, host: contract.Host, env: dict, *, runner: str, user: dict, nproc: int, dist: list[str],
                  master_port: int, tracker_port: int | None) -> list[str]:
