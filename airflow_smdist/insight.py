@@ -41,6 +41,8 @@ UNEVEN_READ_FRACTION = 0.2
 CHANNEL_SHARE_OF_READS = 0.5
 #: hosts idle more than this fraction of their samples are reported
 IDLE_FRACTION_REPORTED = 0.3
+#: jobs shorter than this are not told their hosts were idle (their own start-up is most of them)
+IDLE_MIN_SECONDS = 60.0
 #: a lower-is-better metric that ends above this multiple of its best value, and above its first, diverged
 DIVERGENCE_FACTOR = 2.0
 #: points per series kept in the summary (enough for the study's time-to-target and a plot)
@@ -262,13 +264,19 @@ def _io_findings(hosts: dict[str, dict]) -> list[str]:
     return _shard_finding(hosts) or _read_finding(hosts)
 
 
-def _idle_findings(hosts: dict[str, dict], already: str) -> list[str]:
+def _idle_findings(hosts: dict[str, dict], already: str, duration: float) -> list[str]:
+    """Hosts idle most of the job. Not in a job shorter than IDLE_MIN_SECONDS: starting the interpreter, staging
+    and the toolkit's setup are most of a short test, and say nothing about its input pipeline."""
+    if duration < IDLE_MIN_SECONDS:
+        return []
+    waits = "input or on the other hosts" if len(hosts) > 1 else "input"
+    share = " and its share of the data" if len(hosts) > 1 else ""
     out = []
     for host, v in hosts.items():
         idle = v.get("idle_fraction")
         if idle is not None and idle > IDLE_FRACTION_REPORTED and host not in already:
             out.append(f"{host} was idle {idle:.0%} of the time (CPU under {IDLE_CPU_PERCENT:g} %): it waits on "
-                       f"input or on the other hosts. Check its data loading and its share of the data.")
+                       f"{waits}. Check its data loading{share}.")
     return out
 
 
@@ -283,9 +291,12 @@ def _metric_findings(metrics: dict[str, dict], lr_scaled: bool) -> list[str]:
     return out
 
 
-def findings_of(metrics: dict[str, dict], hosts: dict[str, dict], *, lr_scaled: bool = False) -> list[str]:
-    io = _io_findings(hosts)
-    return _metric_findings(metrics, lr_scaled) + io + _idle_findings(hosts, " ".join(io))
+def findings_of(metrics: dict[str, dict], hosts: dict[str, dict], *, lr_scaled: bool = False,
+                duration: float = float("inf"), channels: bool | None = None) -> list[str]:
+    """``channels``: whether the job has input channels (None: unknown). A job without any (MPI, Ray, a
+    script that makes its own data) has no shards: its hosts' reads differ for other reasons."""
+    io = _io_findings(hosts) if channels is not False else []
+    return _metric_findings(metrics, lr_scaled) + io + _idle_findings(hosts, " ".join(io), duration)
 
 
 def reading(summary: dict[str, Any]) -> str:
@@ -303,7 +314,7 @@ def reading(summary: dict[str, Any]) -> str:
 
 
 def summarize(job_name: str, points: list[dict], samples: list[dict], *, start: float | None = None,
-              end: float | None = None, lr_scaled: bool = False) -> dict[str, Any]:
+              end: float | None = None, lr_scaled: bool = False, channels: bool | None = None) -> dict[str, Any]:
     times = [p["t"] for p in points] + [s["t"] for s in samples]
     t0 = start if start is not None else (min(times) if times else 0.0)
     t1 = end if end is not None else (max(times) if times else t0)
@@ -311,7 +322,8 @@ def summarize(job_name: str, points: list[dict], samples: list[dict], *, start: 
     metrics = summarize_metrics(points, t0)
     hosts = summarize_hosts(samples, t0, duration)
     summary = {"job_name": job_name, "start": t0, "duration_seconds": round(duration, 3), "metrics": metrics,
-               "hosts": hosts, "findings": findings_of(metrics, hosts, lr_scaled=lr_scaled)}
+               "hosts": hosts, "findings": findings_of(metrics, hosts, lr_scaled=lr_scaled, duration=duration,
+                                                       channels=channels)}
     summary["reading"] = reading(summary)
     return summary
 
@@ -482,7 +494,8 @@ def job_insight(backend: Any, description: dict[str, Any], *, lr_scaled: bool = 
     name = description["TrainingJobName"]
     points, samples = collect(backend, description)
     summary = summarize(name, points, samples, start=_epoch(description.get("TrainingStartTime")),
-                        end=_epoch(description.get("TrainingEndTime")), lr_scaled=lr_scaled)
+                        end=_epoch(description.get("TrainingEndTime")), lr_scaled=lr_scaled,
+                        channels=bool(description.get("InputDataConfig")))
     base = f"{description['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{name}/output"
     storage = storage or Storage.for_backend(backend)
     summary_uri, plot_uri = f"{base}/insight.json", f"{base}/insight.png"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from airflow_smdist.insight import cloudwatch_queries, summarize, utilization_panels
 
 
-def samples(host, reads, cpu):
-    return [{"t": 100.0 + i, "host": host, "cpu_percent": c, "read_bytes": r, "cpu_seconds": i}
+def samples(host, reads, cpu, step=1.0):
+    return [{"t": 100.0 + i * step, "host": host, "cpu_percent": c, "read_bytes": r, "cpu_seconds": i}
             for i, (r, c) in enumerate(zip(reads, cpu))]
 
 
@@ -26,9 +26,24 @@ def test_non_finite_metric_is_divergence_and_accuracy_rising_is_not():
 
 
 def test_an_idle_host_is_reported_once_with_its_share():
-    s = summarize("j", [], samples("algo-1", [0, 100, 200, 300], [95] * 4)
-                  + samples("algo-2", [0, 100, 200, 300], [95, 2, 3, 1]))
+    s = summarize("j", [], samples("algo-1", [0, 100, 200, 300], [95] * 4, step=30)
+                  + samples("algo-2", [0, 100, 200, 300], [95, 2, 3, 1], step=30))
     assert len(s["findings"]) == 1 and s["findings"][0].startswith("algo-2 was idle 75% of the time")
+    assert "waits on input or on the other hosts" in s["findings"][0]
+
+
+def test_a_single_host_is_not_told_it_waits_on_other_hosts_and_a_short_test_is_not_told_it_idles():
+    one = summarize("j", [], samples("algo-1", [0, 100, 200, 300], [95, 2, 3, 1], step=30))
+    assert one["findings"] == ["algo-1 was idle 75% of the time (CPU under 10 %): it waits on input. Check its "
+                               "data loading."]
+    short = summarize("j", [], samples("algo-1", [0, 100, 200, 300], [95, 2, 3, 1]))  # 3 s: its own start-up
+    assert short["findings"] == [] and short["reading"].startswith("Job j (1 host(s), 3 s): No uneven shards")
+
+
+def test_a_job_without_channels_has_no_shards_to_call_uneven():
+    reads = samples("algo-1", [0, 20e6, 30e6], [90] * 3) + samples("algo-2", [0, 2e6, 3e6], [90] * 3)
+    assert "the shards are uneven" in summarize("j", [], reads)["findings"][0]  # channels unknown: may be shards
+    assert summarize("j", [], reads, channels=False)["findings"] == []  # an MPI or Ray job that reads no channel
 
 
 def channel_samples(host, reads, channel):
