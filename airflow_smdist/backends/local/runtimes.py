@@ -136,10 +136,10 @@ class Runtime:
         return self.root is None
 
     def description(self) -> str:
-        """One line: what ran, and how it differs from the image."""
+        """One line: what ran, with its packages' versions (how it differs from the image: :attr:`notes`, said
+        on lines of their own)."""
         pkgs = ", ".join(f"{k} {v}" for k, v in sorted(self.packages.items()))
-        text = f"{self.name}" + (f" [{pkgs}]" if pkgs else "")
-        return text + ("; " + "; ".join(self.notes) if self.notes else "")
+        return f"{self.name}" + (f" [{pkgs}]" if pkgs else "")
 
     def with_layer(self, layer: str | None) -> Runtime:
         """This runtime with a job's layer first on PYTHONPATH."""
@@ -731,24 +731,40 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
             ov_file.write_text("\n".join(overrides) + "\n")
             cmd += ["--override", str(ov_file)]
         log(f"uv pip install {' '.join(reqs)}" + (f" ({label})" if label != "declared" else ""))
-        code, out = _run(cmd, log=log)
+        code, out = _run(cmd)  # its lines are said in one line below: a set that does not resolve is no error
         if code == 0 and unpinned(spec):
             rest = [uv, "pip", "install", "--python", str(env_dir / "bin" / "python"), *sources, *unpinned(spec)]
             log(f"uv pip install {' '.join(unpinned(spec))} (newest agreeing with the above)")
-            code, out = _run(rest + (["--override", str(ov_file)] if overrides else []), log=log)
+            code, out = _run(rest + (["--override", str(ov_file)] if overrides else []))
         if code == 0:
+            log(_install_summary(out))
             return label
         tls = tls_failure(out)
         if tls:  # nothing was downloaded: no other version set would fare better
             raise tls_error(field_name, f"no local runtime for {spec.image}", tls, out)
         reason = [ln.strip() for ln in out.splitlines() if ln.strip() and not ln.startswith(("Using ", "hint"))]
         failures.append(f"{label} ({' '.join(reqs)}): " + " ".join(reason[-3:]))
+        log(f"{label} do not install together here (uv: {_uv_reason(reason)}); trying the next set")
     what = f"{spec.package} {spec.version}" if spec.package else f"the declared requirements of {spec.image}"
     raise RuntimeError_(field_name, f"no local runtime for {spec.image}: {what} does not install on this "
                         f"machine (Python {sys.version_info.major}.{sys.version_info.minor}).",
                         "use a framework version whose packages install here (a newer image), "
                         f"{RUNTIME_ENV}=worker, or backend='sagemaker'.",
                         "uv tried " + "\n".join(reversed(failures)))
+
+
+def _install_summary(output: str) -> str:
+    """uv's own counts ("Resolved 40 packages ...", "Installed 38 packages ...") on one line."""
+    counts = [ln.strip() for ln in output.splitlines() if ln.strip().startswith(("Resolved ", "Installed "))]
+    return "; ".join(counts) if counts else "installed"
+
+
+def _uv_reason(lines: list[str]) -> str:
+    """The first line of uv's explanation, without its ``error:`` prefix (the build goes on)."""
+    text = next((ln for ln in lines if ln.startswith("error:")), lines[-1] if lines else "no output")
+    text = text.removeprefix("error:").strip()
+    why = next((ln.removeprefix("╰─▶").strip() for ln in lines if ln.startswith("╰─▶")), "")
+    return f"{text} {why}".strip()[:300]
 
 
 def _norm(name: str) -> str:
