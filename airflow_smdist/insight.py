@@ -392,9 +392,20 @@ def _figure(rows: int) -> tuple[Any, list[Any]]:
     return fig, [row[0] for row in fig.subplots(rows, 1, squeeze=False, gridspec_kw=grid)]
 
 
-def plot(summary: dict[str, Any], samples: list[dict], path: Any) -> Any:
-    """A PNG: each metric's curve per host; then CPU, I/O and memory per host (:func:`utilization_panels`).
-    ``path``: a file name or a binary file object."""
+def _metric_span(series: dict[str, list]) -> tuple[float, float]:
+    """A metric panel's own time span, from its first point to its last: a short job's curve would be a
+    vertical line on the whole job's clock (start-up, staging and upload included)."""
+    times = [p[0] for points in series.values() for p in points]
+    if not times:
+        return 0.0, 1.0
+    first, last = min(times), max(times)
+    pad = max((last - first) * 0.03, 0.05)
+    return first - pad, last + pad
+
+
+def draw(summary: dict[str, Any], samples: list[dict]) -> Any:
+    """The insight Figure: each metric's curve per host on its own time span; then CPU, I/O and memory per
+    host (:func:`utilization_panels`) on the job's."""
     wait_for_preload()
     metrics = list(summary["metrics"].items())[:MAX_PLOTTED_METRICS]
     panels = utilization_panels(samples, summary["start"])
@@ -403,19 +414,25 @@ def plot(summary: dict[str, Any], samples: list[dict], path: Any) -> Any:
         for host, series in m["series"].items():
             ax.plot([p[0] for p in series], [p[1] for p in series], marker=".", label=host)
         ax.set_title(f"{metric}" + (" (diverged)" if m["diverged"] else ""), y=1.0)
+        ax.set_xlim(*_metric_span(m["series"]))
     hosts = sorted({s["host"] for s in samples})
     for ax, (title, lines) in zip(axes[len(metrics):], panels):
         for label, xs, ys, style in lines:  # one colour per host in every panel
             ax.plot(xs, ys, style, label=label, color=f"C{hosts.index(label.split(' ')[0]) % 10}")
         ax.set_title(title, y=1.0)
+        ax.set_xlim(0, max(summary["duration_seconds"], 1.0))  # the utilization panels share the job's clock
     fig.suptitle(f"{summary['job_name']}: {len(summary['hosts'])} host(s), {summary['duration_seconds']:.0f} s",
                  y=1 - 0.15 / fig.get_figheight(), va="top")
     for ax in axes:
-        ax.set_xlim(0, max(summary["duration_seconds"], 1.0))  # one time axis for every panel
         ax.set_xlabel("seconds since start")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
-    fig.savefig(path, dpi=PLOT_DPI, format="png")
+    return fig
+
+
+def plot(summary: dict[str, Any], samples: list[dict], path: Any) -> Any:
+    """The insight PNG (:func:`draw`). ``path``: a file name or a binary file object."""
+    draw(summary, samples).savefig(path, dpi=PLOT_DPI, format="png")
     return path
 
 

@@ -69,6 +69,10 @@ with DAG(
                                              choices=PROCESSING_INSTANCE_TYPES),
         "instance_count": Param(2, type="integer", minimum=1, maximum=16, description="Spark hosts."),
         "spark_version": Param("3.5", type="string", description="SageMaker Spark processing image version."),
+        "spark_log_level": Param("WARN", type="string", enum=["ERROR", "WARN", "INFO", "DEBUG"],
+                                 description="Spark's own log level (the spark-log4j classification's "
+                                             "log4j.rootCategory): WARN keeps the task log to the job's lines; "
+                                             "INFO adds Spark's every stage and query plan."),
         "validation_fraction": Param(0.2, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
                                      description="Share of the rows Spark splits off as the validation set."),
         "training_image": Param(SKLEARN_IMAGE, type="string", description="Image of the training job."),
@@ -125,7 +129,8 @@ with DAG(
         configuration=[{"Classification": "spark-defaults", "Properties": {
             "spark.sql.shuffle.partitions": "8",
             "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-        }}],
+        }}, {"Classification": "spark-log4j", "Properties": {
+            "log4j.rootCategory": "{{ params.spark_log_level }}, console"}}],
         spark_event_logs_s3_uri="{{ params.data_uri }}/spark-events",
         code_location="{{ params.data_uri }}/code",
         role="{{ params.role }}",

@@ -193,14 +193,17 @@ def table(study: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_study(study: dict[str, Any], path: str) -> str:
-    """Speed-up and efficiency against hosts, one line per instance type, with the linear ideal."""
-    import matplotlib
+def draw_study(study: dict[str, Any]) -> Any:
+    """Speed-up and efficiency against hosts, one line per instance type, with the linear ideal; a tick at
+    each host count measured (whole hosts only), and the study's verdict as the title."""
+    import textwrap
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    fig = Figure(figsize=(10, 4.6), constrained_layout=True)
+    FigureCanvasAgg(fig)
+    ax1, ax2 = fig.subplots(1, 2)
     by_type: dict[str, list[dict]] = {}
     for r in study["configurations"]:
         if r.get("speedup") is not None:
@@ -217,9 +220,15 @@ def plot_study(study: dict[str, Any], path: str) -> str:
     ax1.set(title="speed-up over the baseline", xlabel="hosts", ylabel="speed-up")
     ax2.set(title="scaling efficiency (speed-up / hosts)", xlabel="hosts", ylabel="efficiency")
     for ax in (ax1, ax2):
+        ax.set_xticks(all_hosts)  # hosts come whole: no 1.5 or 2.5
         ax.legend(fontsize="small")
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    fig.suptitle("\n".join(textwrap.wrap(study.get("verdict") or "", 110)), fontsize="medium")
+    return fig
+
+
+def plot_study(study: dict[str, Any], path: str) -> str:
+    """The study's PNG (:func:`draw_study`)."""
+    draw_study(study).savefig(path, dpi=80)
     return path
 
 

@@ -226,15 +226,60 @@ def best_so_far(values: list[float | None], maximize: bool) -> list[float | None
     return out
 
 
-def plot_objective(rows: list[dict[str, Any]], *, metric: str, maximize: bool, title: str, path: str) -> None:
-    """PNG: the objective of every trial (by status) and the best-so-far line. matplotlib's Agg canvas,
-    imported here only (no pyplot, so no global backend is switched)."""
+#: hyperparameters drawn against the objective (one panel each, under the trials' panel)
+MAX_HYPERPARAMETER_PANELS = 4
+
+
+def _tuned_names(rows: list[dict[str, Any]]) -> list[str]:
+    """The hyperparameters whose value differs between trials, in the order the first trial lists them."""
+    names: list[str] = []
+    for r in rows:
+        names += [n for n in (r.get("hyperparameters") or {}) if n not in names]
+    return [n for n in names if len({str((r.get("hyperparameters") or {}).get(n)) for r in rows}) > 1]
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _hyperparameter_panel(ax: Any, rows: list[dict[str, Any]], name: str, metric: str) -> None:
+    """The objective against one hyperparameter's values: numbers on a numeric axis (logarithmic where they
+    span two decades or more, as learning rates do), categories at a tick each."""
+    scored = [r for r in rows if r["objective"] is not None and name in (r.get("hyperparameters") or {})]
+    values = [r["hyperparameters"][name] for r in scored]
+    numbers = [_number(v) for v in values]
+    if all(n is not None for n in numbers):
+        xs: list[Any] = numbers
+        positive = [n for n in numbers if n is not None and n > 0]
+        if len(positive) == len(numbers) and positive and max(positive) / min(positive) >= 100:
+            ax.set_xscale("log")
+    else:
+        categories = sorted({str(v) for v in values})
+        xs = [categories.index(str(v)) for v in values]
+        ax.set_xticks(range(len(categories)), categories)
+    colors = {"Completed": "tab:blue", "Stopped": "tab:orange", "Failed": "tab:red"}
+    ax.scatter(xs, [r["objective"] for r in scored], color=[colors.get(r["status"], "grey") for r in scored],
+               zorder=3)
+    ax.set_xlabel(name)
+    ax.set_ylabel(metric)
+    ax.grid(True, alpha=0.3)
+
+
+def draw_objective(rows: list[dict[str, Any]], *, metric: str, maximize: bool, title: str) -> Any:
+    """The tuning Figure: the objective of every trial (by status) and the best-so-far line; under it, the
+    objective against each tuned hyperparameter (which values did well). matplotlib's Agg canvas, imported
+    here only (no pyplot, so no global backend is switched)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 4.5), dpi=110)
+    tuned = _tuned_names(rows)[:MAX_HYPERPARAMETER_PANELS]
+    fig = Figure(figsize=(8, 4.5 + (3.2 if tuned else 0)), dpi=110)
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    grid = fig.add_gridspec(2 if tuned else 1, max(len(tuned), 1), height_ratios=[4.5, 3.2] if tuned else None)
+    ax = fig.add_subplot(grid[0, :])
     styles = {"Completed": ("o", "tab:blue", "completed"), "Stopped": ("v", "tab:orange", "stopped (early)"),
               "Failed": ("x", "tab:red", "failed")}
     for status, (marker, color, label) in styles.items():
@@ -262,8 +307,15 @@ def plot_objective(rows: list[dict[str, Any]], *, metric: str, maximize: bool, t
     if failed:
         ax.text(0.01, 0.01, f"{len(failed)} trial(s) without an objective value", transform=ax.transAxes, fontsize=8)
     ax.legend(loc="best", fontsize=8)
+    for i, name in enumerate(tuned):
+        _hyperparameter_panel(fig.add_subplot(grid[1, i]), rows, name, metric)
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    return fig
+
+
+def plot_objective(rows: list[dict[str, Any]], *, metric: str, maximize: bool, title: str, path: str) -> None:
+    """The tuning PNG (:func:`draw_objective`)."""
+    draw_objective(rows, metric=metric, maximize=maximize, title=title).savefig(path, format="png")
 
 
 def write_results(backend, description: dict[str, Any], results_path: str | None = None) -> dict[str, str]:

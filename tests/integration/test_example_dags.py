@@ -68,8 +68,16 @@ def assert_pngs(paths: list[str], count: int) -> None:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n", path
 
 
+def pyspark_log_is_the_jobs_lines(home: str, log: str) -> None:
+    """Spark logs at WARN in the example (its spark_log_level Param): the whole run's output is the jobs' own
+    lines and the platform's, not Spark's every stage and query plan (1,016 lines at INFO)."""
+    assert len(log.splitlines()) < 300, "\n".join(log.splitlines()[:80])
+    spark_info = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ")  # log4j's "yy/MM/dd HH:mm:ss INFO"
+    assert not [line for line in log.splitlines() if spark_info.search(line)]
+
+
 #: what an example DAG must leave behind besides success, by dag_id: check(AIRFLOW_HOME, the run's output)
-CHECKS = {"smdist_scaling_study": scaling_study_shows_its_plots}
+CHECKS = {"smdist_scaling_study": scaling_study_shows_its_plots, "smdist_pyspark_pipeline": pyspark_log_is_the_jobs_lines}
 
 
 #: the example DAGs whose jobs need torch: torch_distributed (torchrun) and the torch_ddp script
@@ -107,7 +115,23 @@ def run_dag(airflow: str, env: dict, dag_id: str, conf: dict | None) -> str:
     assert run.returncode == 0 and "state=success" in log, "\n".join(problems[:60]) + "\n...\n" + log[-3000:]
     assert "state=failed" not in log.split("DagRun Finished")[-1][:400]
     assert not error_lines(log), "a successful run logged errors:\n" + "\n".join(error_lines(log)[:20])
+    assert not [line for line in log.splitlines() if re.search(r"\[platform\] (error|ERROR)", line)], log[-3000:]
+    repeated = repeated_platform_lines(env["SMDIST_LOCAL_ROOT"])
+    assert not repeated, f"a job's platform said a line more than once: {repeated[:5]}"
     return log
+
+
+def repeated_platform_lines(root: str) -> list[tuple[str, str]]:
+    """(job, message) of every platform line a job said more than once (each fact once per job)."""
+    import collections
+    import json
+
+    out = []
+    for path in glob.glob(os.path.join(root, "*", "*", "logs", "platform.jsonl")):
+        with open(path) as f:
+            counts = collections.Counter(json.loads(line)["m"] for line in f if line.strip())
+        out += [(path.split(os.sep)[-3], m) for m, n in counts.items() if n > 1]
+    return out
 
 
 def error_lines(log: str) -> list[str]:

@@ -91,3 +91,19 @@ def test_utilization_panels_draw_memory_and_bytes_written_next_to_reads():
     (cpu, cpu_lines), (disk, _), (memory, memory_lines) = utilization_panels(cloud, 0.0)
     assert cpu.endswith("GPU dashed") and [label for label, *_ in cpu_lines] == ["algo-1", "algo-1 GPU"]
     assert disk == "disk use per host (%)" and memory == "memory per host (%)" and memory_lines[0][2] == [40, 40]
+
+
+def test_each_metric_panel_spans_its_own_points_and_the_utilization_panels_the_job():
+    """A 600 s job whose loss was reported from 590 s on: the loss panel shows those 10 s (not a vertical line
+    at the right edge of the job's clock); CPU, I/O and memory keep the whole job's."""
+    from airflow_smdist.insight import draw
+
+    points = [{"name": "loss", "value": 1 / (i + 1), "t": 1590.0 + i, "host": "algo-1"} for i in range(10)]
+    cpu = [{"t": 1000.0 + 60 * i, "host": "algo-1", "cpu_percent": 90, "read_bytes": i, "cpu_seconds": i}
+           for i in range(11)]
+    fig = draw(summarize("j", points, cpu, start=1000.0, end=1600.0), cpu)
+    loss, *utilization = fig.axes
+    assert loss.get_title() == "loss"
+    low, high = loss.get_xlim()
+    assert 585 < low <= 590 and 599 <= high < 605, (low, high)
+    assert all(ax.get_xlim() == (0, 600) for ax in utilization), [ax.get_xlim() for ax in utilization]

@@ -69,3 +69,18 @@ def test_reaching_the_target_first_wins_and_misses_are_named():
     slow = [_row("x1", result(1, 30.0, throughput=100.0), None, STUDY | {"throughput_metric": "sps"}),
             _row("x2", result(2, 20.0, throughput=190.0), None, STUDY | {"throughput_metric": "sps"})]
     assert compare(slow)["recommended"]["task_id"] == "x2"  # no target: the highest speed-up at the floor
+
+
+def test_the_plot_ticks_whole_hosts_and_carries_the_recommendation_as_its_title(tmp_path):
+    from airflow_smdist.operators.scaling import draw_study, plot_study
+
+    rows = [_row(f"x{n}", result(n, s), None, STUDY) for n, s in ((1, 40.0), (2, 25.0), (4, 20.0))]
+    study = compare(rows, min_efficiency=0.7)
+    fig = draw_study(study)
+    for ax in fig.axes:
+        assert list(ax.get_xticks()) == [1, 2, 4], ax.get_xticks()  # not 1.5, 2.5, ...
+    assert fig._suptitle.get_text().replace("\n", " ") == study["verdict"]
+    assert fig._suptitle.get_text().startswith("Recommended: x2")
+    path = plot_study(study, str(tmp_path / "scaling.png"))
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"

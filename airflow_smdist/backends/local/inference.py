@@ -845,12 +845,6 @@ def main(argv: list[str] | None = None) -> int:
                         join_source=args.join_source, output_filter=args.output_filter,
                         invocations_timeout=args.invocations_timeout,
                         invocations_max_retries=args.invocations_max_retries)
-    host = os.environ.get("SM_CURRENT_HOST") or os.uname().nodename
-    try:
-        with open("/opt/ml/config/resourceconfig.json") as f:
-            host = json.load(f).get("current_host", host)
-    except (OSError, ValueError):
-        pass
     try:
         model_dir = _model_dir_from(args.model)
         code_dir = args.code_dir or code_dir_for(model_dir, os.environ.get("SAGEMAKER_SUBMIT_DIRECTORY"))
@@ -862,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.names:
             with open(args.names) as f:
                 shown = json.load(f)
-        print(f"{host}: {len(names)} object(s) in this instance's shard", flush=True)
+        print(f"{len(names)} object(s) in this instance's shard", flush=True)
         started = time.time()
         total = 0
         with ThreadPoolExecutor(max_workers=max(1, settings.max_concurrent_transforms)) as pool:
@@ -872,14 +866,14 @@ def main(argv: list[str] | None = None) -> int:
                 result = transform_object(handler, data, settings, name=shown.get(rel, rel), executor=pool)
                 _write_atomic(os.path.join(args.output, rel + ".out"), result.output)
                 total += result.records
-                print(f"{host}: {rel}: {result.records} record(s) in {result.batches} request(s) -> {rel}.out",
+                print(f"{rel}: {result.records} record(s) in {result.batches} request(s) -> {rel}.out",
                       flush=True)
-        print(f"{host}: {total} record(s) in {time.time() - started:.2f}s", flush=True)
+        print(f"{total} record(s) in {time.time() - started:.2f}s", flush=True)
         return 0
     except Exception as e:  # noqa: BLE001 - the message is the job's failure reason
         message = str(e) if isinstance(e, TransformError) else f"{type(e).__name__}: {e}"
         traceback.print_exc()
-        print(f"{host}: {message}", file=sys.stderr, flush=True)
+        print(message, file=sys.stderr, flush=True)
         try:
             os.makedirs(os.path.dirname(args.failure_file), exist_ok=True)
             with open(args.failure_file, "w") as f:
