@@ -381,8 +381,9 @@ class JobSupervisor:
             self.no_nat = no_nat
             self.save(network={"bridge": self.net.bridge, "subnet": str(self.net.subnet), "gateway": None})
         else:
-            for line in launcher.FALLBACK_DIFFERENCES:
-                self.say(f"hosts run without namespaces ({launcher.namespaces_available() or 'SMDIST_LOCAL_ISOLATION=none'}): {line}")
+            why = launcher.namespaces_available() or "SMDIST_LOCAL_ISOLATION=none"
+            self.say(f"hosts run without namespaces ({why}), unlike instances: "  # the reason once
+                     + "; ".join(launcher.FALLBACK_DIFFERENCES))
         return cluster
 
     def settle_network(self) -> None:
