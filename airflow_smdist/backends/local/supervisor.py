@@ -637,6 +637,11 @@ def serve(cls: type[JobSupervisor], argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     supervisor = cls(Path(argv[0]))
     try:
+        try:  # what killed supervisors left (pack temporaries, partial objects, multipart uploads): gone now
+            # (in the supervisor's own log: other jobs' paths are not this job's business)
+            litter.reclaim(supervisor.store.root, say=lambda m: supervisor.log.write(f"litter: {m}\n"))
+        except Exception as e:  # noqa: BLE001 - never fatal to this job
+            supervisor.log.write(f"litter: could not reclaim what killed supervisors left: {e}\n")
         return supervisor.run()
     finally:
         supervisor.release()
