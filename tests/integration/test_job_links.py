@@ -93,6 +93,9 @@ def jobs(tmp_path_factory):
         j.names = {"train": j.train("train"), "model-files": j.train("model-files"),
                    "fail-environ": j.train("fail-environ"), "fail-dangling": j.train("fail-dangling"),
                    "process": j.process()}
+        mp.setenv("SMDIST_HOSTFS_NO_OPENAT2", "1")  # a kernel without openat2: the O_NOFOLLOW walk instead
+        j.names["model-files-walk"] = j.train("model-files")
+        mp.delenv("SMDIST_HOSTFS_NO_OPENAT2")
         yield j
 
 
@@ -152,6 +155,14 @@ def test_model_file_links_out_of_the_host_are_not_packed(jobs):
     assert set(members) == {"real.txt", "inside"}, sorted(members)
 
 
+def test_without_openat2_the_walk_skips_the_same_links(jobs):
+    d = training(jobs, "model-files-walk")
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    members = tar_members(d["ModelArtifacts"]["S3ModelArtifacts"])
+    no_marker(jobs, members)
+    assert set(members) == {"real.txt", "inside"}, sorted(members)
+
+
 def test_output_data_links_out_of_the_host_are_not_packed(jobs):
     d = training(jobs, "train")
     out = d["ModelArtifacts"]["S3ModelArtifacts"].replace("model.tar.gz", "output.tar.gz")
@@ -177,7 +188,7 @@ def test_a_failure_file_linked_to_the_workers_environment_is_not_the_failure_rea
 
 
 def test_the_describe_the_task_sees_holds_no_secret(jobs):
-    for mode in ("train", "model-files", "fail-environ", "fail-dangling"):
+    for mode in ("train", "model-files", "model-files-walk", "fail-environ", "fail-dangling"):
         no_marker(jobs, json.dumps(training(jobs, mode), default=str))
         no_marker(jobs, json.dumps(jobs.backend.describe("training", jobs.names[mode]), default=str))
 
@@ -210,3 +221,56 @@ def test_an_exit_message_linked_to_the_workers_environment_is_not_read(jobs):
     d = jobs.wait("processing", jobs.names["process"])
     no_marker(jobs, json.dumps(d, default=str))
     assert "SMDIST_TEST_WORKER_SECRET" not in (d.get("ExitMessage") or "")
+
+
+# ---- transform ---------------------------------------------------------------------------------------------------
+LINKING_MODEL = '''
+import os
+
+
+def model_fn(model_dir):
+    """The model's own code replaces the engine's output directory by a link to a worker directory."""
+    out = "/opt/ml/.transform/output"
+    os.rename(out, out + "-real")
+    os.symlink(os.environ["LINK_TARGET"], out)
+    return None
+
+
+def transform_fn(model, body, content_type, accept):
+    return body, accept
+'''
+
+
+def test_transform_outputs_linked_to_a_worker_directory_are_not_uploaded(tmp_path, monkeypatch):
+    from airflow_smdist.backends.local import transform as local_transform
+    from airflow_smdist.specs.transform import build_model, build_transform
+
+    marker = f"smdist-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    worker = tmp_path / "worker"
+    worker.mkdir()
+    (worker / "part-00.csv.out").write_text(marker)  # where the supervisor would read the output through the link
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(_text_file(tmp_path / "inference.py", LINKING_MODEL), arcname="code/inference.py")
+    backend = LocalBackend(tmp_path / "jobs")
+    model = f"linking-{uuid.uuid4().hex[:6]}"
+    local_transform.create_model(backend, build_model(model_name=model, model_data=f"file://{archive}", role=ROLE,
+                                                      image_uri=IMAGE + "-serving",
+                                                      environment={"LINK_TARGET": str(worker)}).request)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "part-00.csv").write_text("1,2,3\n")
+    job = f"links-transform-{uuid.uuid4().hex[:6]}"
+    backend.submit("transform", build_transform(job_name=job, model_name=model, input_uri=f"file://{tmp_path}/in",
+                                                output_uri=f"file://{tmp_path}/out", instance_count=1,
+                                                content_type="text/csv", accept="text/csv"))
+    d = wait(backend, "transform", job, timeout=240)
+    uploaded = files_of(tmp_path / "out") if (tmp_path / "out").exists() else {}
+    assert marker not in json.dumps({k: v.decode("utf-8", "replace") for k, v in uploaded.items()}), \
+        "the transform uploaded a worker file through a link the model's code made"
+    assert marker not in json.dumps(d, default=str)
+
+
+def _text_file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

@@ -22,7 +22,9 @@ import errno
 import os
 import stat
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO, Union
+
+StrPath = Union[str, "os.PathLike[str]"]
 
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_BENEATH = 0x08
@@ -42,11 +44,11 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-_libc = None
+_libc: Any = None
 _openat2_missing = bool(os.environ.get("SMDIST_HOSTFS_NO_OPENAT2"))  # tests: the fallback walk
 
 
-def _syscall():
+def _syscall() -> Any:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
@@ -146,7 +148,7 @@ def open_at(dirfd: int, rel: str, flags: int = os.O_RDONLY, mode: int = 0o644) -
     return fd if fd is not None else _walk_open(dirfd, rel, flags, mode)
 
 
-def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+def open_beneath(root: StrPath, rel: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
     """An fd of ``root/rel`` resolved without leaving ``root`` (a directory the supervisor made)."""
     rootfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -155,7 +157,7 @@ def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY, mo
         os.close(rootfd)
 
 
-def open_file(root: str | os.PathLike, rel: str) -> BinaryIO | None:
+def open_file(root: StrPath, rel: str) -> BinaryIO | None:
     """``root/rel`` open for reading if it is a regular file inside ``root``; None if it is missing, not a
     regular file, or a link out of the host."""
     try:
@@ -173,7 +175,7 @@ def open_file(root: str | os.PathLike, rel: str) -> BinaryIO | None:
     return os.fdopen(fd, "rb")
 
 
-def read_text(root: str | os.PathLike, rel: str, limit: int = 1 << 20) -> str | None:
+def read_text(root: StrPath, rel: str, limit: int = 1 << 20) -> str | None:
     """The first ``limit`` bytes of ``root/rel`` as text (see :func:`open_file`), None if it cannot be read."""
     f = open_file(root, rel)
     if f is None:
@@ -182,14 +184,14 @@ def read_text(root: str | os.PathLike, rel: str, limit: int = 1 << 20) -> str | 
         return f.read(limit).decode("utf-8", "replace")
 
 
-def write_text(root: str | os.PathLike, rel: str, text: str) -> None:
+def write_text(root: StrPath, rel: str, text: str) -> None:
     """Write ``root/rel`` (made with its parents if missing) never through a link the job made: a link as the
     last component or as a parent raises :class:`LeavesHost` (or ELOOP) instead of writing elsewhere."""
     with create(root, rel) as f:
         f.write(text.encode())
 
 
-def create(root: str | os.PathLike, rel: str) -> BinaryIO:
+def create(root: StrPath, rel: str) -> BinaryIO:
     """``root/rel`` created (or truncated) for writing, with its missing parents, never through a link."""
     parts = _parts(rel)
     if not parts:
@@ -220,7 +222,7 @@ def create(root: str | os.PathLike, rel: str) -> BinaryIO:
     return os.fdopen(fd, "wb")
 
 
-def walk(root: str | os.PathLike, sub: str = "", *,
+def walk(root: StrPath, sub: str = "", *,
          say: Callable[[str], None] | None = None) -> Iterator[tuple[str, BinaryIO, os.stat_result]]:
     """Every regular file below ``root/sub`` as (path relative to ``root/sub``, open file, its stat), sorted;
     links that stay inside ``root`` are followed (not into a directory's own ancestors), links that leave are
@@ -237,7 +239,8 @@ def _key(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def _walk_dir(rootfd: int, path: str, prefix: str, say, ancestors: set) -> Iterator[tuple[str, BinaryIO, os.stat_result]]:
+def _walk_dir(rootfd: int, path: str, prefix: str, say: Callable[[str], None] | None,
+              ancestors: set[tuple[int, int]]) -> Iterator[tuple[str, BinaryIO, os.stat_result]]:
     """The files below the directory ``path`` (relative to the root); ``prefix``: its path relative to the walk's."""
     try:
         dirfd = open_at(rootfd, path, os.O_RDONLY | os.O_DIRECTORY)
@@ -279,7 +282,7 @@ def _walk_dir(rootfd: int, path: str, prefix: str, say, ancestors: set) -> Itera
             os.close(fd)
 
 
-def is_dir(root: str | os.PathLike, rel: str) -> bool:
+def is_dir(root: StrPath, rel: str) -> bool:
     """Whether ``root/rel`` is a directory inside ``root``."""
     try:
         os.close(open_beneath(root, rel, os.O_RDONLY | os.O_DIRECTORY))
@@ -288,7 +291,7 @@ def is_dir(root: str | os.PathLike, rel: str) -> bool:
         return False
 
 
-def exists(root: str | os.PathLike, rel: str) -> bool:
+def exists(root: StrPath, rel: str) -> bool:
     return is_dir(root, rel) or open_file(root, rel) is not None
 
 

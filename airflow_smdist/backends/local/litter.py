@@ -20,6 +20,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from airflow_smdist.backends.local.hostfs import StrPath
 from airflow_smdist.storage import PARTIAL, Storage, UploadJournal
 
 JOURNAL = "uploads.jsonl"
@@ -39,7 +40,7 @@ def candidates(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def reclaim(root: str | os.PathLike, say: Callable[[str], None] | None = None) -> list[str]:
+def reclaim(root: StrPath, say: Callable[[str], None] | None = None) -> list[str]:
     """Remove what dead supervisors of jobs under the local root left; a line for each thing removed."""
     done: list[str] = []
     for job_dir in candidates(Path(root)):
