@@ -36,7 +36,7 @@ def _supervisor_alive(job_dir: Path) -> bool:
 def candidates(root: Path) -> list[Path]:
     """Job directories that may hold litter: a pack directory or an upload journal not marked done."""
     found = {p.parent for p in root.glob(f"*/*/{PACK_TMP}")}
-    found |= {p.parent for p in root.glob(f"*/*/{JOURNAL}") if UploadJournal(p).open_entries()}
+    found |= {p.parent for p in root.glob(f"*/*/{JOURNAL}") if not UploadJournal(p).finished()}
     return sorted(found)
 
 
@@ -51,6 +51,14 @@ def reclaim(root: StrPath, say: Callable[[str], None] | None = None) -> list[str
         for line in done:
             say(line)
     return done
+
+
+def settle(job_dir: Path) -> None:
+    """A supervisor ending normally marks its journal done when no upload of its own is left open (one whose
+    abort failed stays open, for the next start to try again)."""
+    journal = UploadJournal(job_dir / JOURNAL)
+    if journal.path.exists() and not journal.open_entries():
+        journal.mark_done()
 
 
 def reclaim_job(job_dir: Path) -> list[str]:
@@ -77,6 +85,6 @@ def reclaim_job(job_dir: Path) -> list[str]:
                 code = getattr(e, "response", {}).get("Error", {}).get("Code")
                 if code != "NoSuchUpload":  # tried once: the journal is marked done all the same
                     out.append(f"could not abort the multipart upload of {entry['uri']}: {e}")
-    if entries:
+    if journal.path.exists():
         journal.mark_done()
     return out

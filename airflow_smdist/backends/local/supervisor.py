@@ -8,6 +8,7 @@ every process of the job on stop, on MaxRuntimeInSeconds, or when one host fails
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -644,4 +645,8 @@ def serve(cls: type[JobSupervisor], argv: list[str] | None = None) -> int:
             supervisor.log.write(f"litter: could not reclaim what killed supervisors left: {e}\n")
         return supervisor.run()
     finally:
-        supervisor.release()
+        try:
+            supervisor.release()
+        finally:
+            with contextlib.suppress(OSError):  # (a full disk: the next start reads the journal whole)
+                litter.settle(supervisor.dir)
