@@ -10,10 +10,13 @@ No key may escape its destination: :func:`safe_join` rejects ``..`` components a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 from urllib.parse import unquote
 
 from airflow_smdist.specs.errors import SpecError
@@ -77,10 +80,13 @@ def safe_join(root: str | os.PathLike, relative: str) -> Path:
 class Storage:
     """s3:// and file:// behind one small interface."""
 
-    def __init__(self, endpoint_url: str | None = None, region_name: str | None = None, *, client=None) -> None:
+    def __init__(self, endpoint_url: str | None = None, region_name: str | None = None, *, client=None,
+                 journal: UploadJournal | None = None) -> None:
         self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         self.region_name = region_name or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
         self._s3 = client  # an S3 client to use (e.g. from an Airflow aws connection), else made lazily
+        #: where a job supervisor records each upload before it starts (what a kill -9 would leave behind)
+        self.journal = journal
 
     @classmethod
     def for_backend(cls, backend) -> Storage:
@@ -182,12 +188,74 @@ class Storage:
             self.s3.download_file(bucket, key, str(dest))
 
     def upload(self, src: str | os.PathLike, uri: str) -> None:
+        if self.journal is not None:
+            with open(src, "rb") as f:
+                self.upload_fileobj(f, uri)
+            return
         scheme, bucket, key = parse_uri(uri)
         if scheme == "file":
             Path(key).parent.mkdir(parents=True, exist_ok=True)
             _replace_whole(key, lambda tmp: shutil.copyfile(src, tmp))
         else:
             self.s3.upload_file(str(src), bucket, key)
+
+    def upload_fileobj(self, f: BinaryIO, uri: str) -> None:
+        """Upload an open file (from its current position to its end): a job supervisor uploads what it opened
+        inside a host's directory (hostfs), never a path a job's link could redirect. With a journal, the
+        temporary name (file://) or the multipart upload's id (s3://) is recorded before anything is written,
+        so :mod:`~airflow_smdist.backends.local.litter` removes what a killed supervisor left."""
+        scheme, bucket, key = parse_uri(uri)
+        entry = self.journal.begin(uri) if self.journal is not None else None
+        try:
+            if scheme == "file":
+                Path(key).parent.mkdir(parents=True, exist_ok=True)
+                tmp = partial_name(key)
+                if entry is not None:
+                    self.journal.note(entry, partial=tmp)  # type: ignore[union-attr]
+                _replace_whole(key, lambda _tmp: _copy_to(f, tmp), tmp=tmp)
+            elif entry is None:
+                self.s3.upload_fileobj(f, bucket, key)
+            else:
+                self._put_s3(f, bucket, key, entry)
+        finally:
+            if entry is not None:
+                self.journal.end(entry)  # type: ignore[union-attr]
+
+    def _put_s3(self, f: BinaryIO, bucket: str, key: str, entry: int) -> None:
+        """One PutObject, or a multipart upload whose UploadId is in the journal before its first part."""
+        size = os.fstat(f.fileno()).st_size - f.tell()
+        if size < MULTIPART_THRESHOLD:
+            self.s3.put_object(Bucket=bucket, Key=key, Body=f.read())
+            return
+        upload_id = self.s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        self.journal.note(entry, bucket=bucket, key=key, upload_id=upload_id,  # type: ignore[union-attr]
+                          endpoint_url=self.endpoint_url, region=self.region_name)
+        try:
+            parts = self._put_parts(f, bucket, key, upload_id, size)
+            self.s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
+                                              MultipartUpload={"Parts": parts})
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+            raise
+
+    def _put_parts(self, f: BinaryIO, bucket: str, key: str, upload_id: str, size: int) -> list[dict]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        start, fd = f.tell(), f.fileno()
+        offsets = list(range(0, size, MULTIPART_CHUNK))
+
+        def put(n: int) -> dict:
+            body = os.pread(fd, min(MULTIPART_CHUNK, size - offsets[n]), start + offsets[n])
+            etag = self.s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n + 1,
+                                       Body=body)["ETag"]
+            if n == 0:
+                pause_for_test("multipart")
+            return {"PartNumber": n + 1, "ETag": etag}
+
+        first = put(0)  # (before the others: a test's pause point is after one part)
+        with ThreadPoolExecutor(max_workers=min(8, len(offsets))) as pool:
+            return [first, *pool.map(put, range(1, len(offsets)))]
 
     def read_bytes(self, uri: str) -> bytes:
         scheme, bucket, key = parse_uri(uri)
@@ -218,12 +286,105 @@ class Storage:
 
 
 PARTIAL = ".smdist-partial"
+#: s3:// uploads from this size on are multipart (boto3's default threshold and part size)
+MULTIPART_THRESHOLD = MULTIPART_CHUNK = 8 * 1024 * 1024
 
 
-def _replace_whole(path: str, write) -> None:
+def partial_name(path: str) -> str:
+    """The temporary name an object is written under before it is renamed into place: its own per writer
+    (``<obj>.<pid>-<hex>.smdist-partial``), so two writers never share one and a journal can name it."""
+    return f"{path}.{os.getpid()}-{os.urandom(4).hex()}{PARTIAL}"
+
+
+def _copy_to(f: BinaryIO, tmp: str) -> None:
+    with open(tmp, "wb") as out:
+        chunk = f.read(1024 * 1024)
+        out.write(chunk)
+        if chunk:
+            out.flush()
+            pause_for_test("copy")
+        shutil.copyfileobj(f, out, 1024 * 1024)
+
+
+def pause_for_test(where: str) -> None:
+    """Tests only (``SMDIST_TEST_PAUSE=<where>:<flag file>``): at ``where`` (pack, copy, multipart) write the
+    flag file and wait to be killed, so a test kills a supervisor at a known point instead of guessing."""
+    spec = os.environ.get("SMDIST_TEST_PAUSE", "")
+    point, _, flag = spec.partition(":")
+    if point != where or not flag:
+        return
+    Path(flag).write_text(str(os.getpid()))
+    while True:
+        time.sleep(1)
+
+
+class UploadJournal:
+    """``<job dir>/uploads.jsonl``: one line before each upload (its destination), one for what it leaves while
+    it runs (the temporary file, the multipart upload's id), one when it ended, and ``{"op": "done"}`` once a
+    dead supervisor's leftovers were reclaimed."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._n = 0
+
+    def _write(self, record: dict) -> None:
+        # (no fsync: what a kill -9 interrupts is in the page cache all the same; a crash of the machine is not
+        # what this journal is for, and checkpoints sync many small files)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def begin(self, uri: str) -> int:
+        self._n += 1
+        entry = int(f"{os.getpid()}{self._n:06d}")
+        self._write({"id": entry, "op": "begin", "uri": uri, "t": time.time()})
+        return entry
+
+    def note(self, entry: int, **what) -> None:
+        self._write({"id": entry, "op": "note", **what})
+
+    def end(self, entry: int) -> None:
+        self._write({"id": entry, "op": "end"})
+
+    def open_entries(self) -> list[dict]:
+        """What uploads begun and not ended left (their notes merged), unless the journal is marked done."""
+        try:
+            lines = self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        entries: dict[int, dict] = {}
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:  # a line cut by the kill
+                continue
+            if rec.get("op") == "done":
+                entries.clear()
+            elif rec.get("op") == "begin":
+                entries[rec["id"]] = dict(rec)
+            elif rec.get("op") == "note" and rec.get("id") in entries:
+                entries[rec["id"]].update({k: v for k, v in rec.items() if k not in ("op", "id")})
+            elif rec.get("op") == "end":
+                entries.pop(rec.get("id"), None)
+        return list(entries.values())
+
+    def finished(self) -> bool:
+        """Whether the journal is absent or ends with ``done`` (read from its end: journals are long)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+                tail = f.read().splitlines()
+        except FileNotFoundError:
+            return True
+        return bool(tail) and tail[-1].startswith(b'{"op": "done"')
+
+    def mark_done(self) -> None:
+        self._write({"op": "done", "t": time.time()})
+
+
+def _replace_whole(path: str, write, tmp: str | None = None) -> None:
     """Write ``path`` through a temporary file next to it, renamed into place: readers see the old file or
     the new one, never half of it; a write that fails leaves no temporary file behind."""
-    tmp = path + PARTIAL
+    tmp = tmp or partial_name(path)
     try:
         write(tmp)
         os.replace(tmp, path)

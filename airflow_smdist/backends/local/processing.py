@@ -51,6 +51,7 @@ from airflow_smdist.backends.local import (
     ACCOUNT,
     contract,
     dt,
+    hostfs,
     last_modified,
     runtimes,
 )
@@ -356,31 +357,22 @@ class ProcessingSupervisor(JobSupervisor):
             counts.setdefault(out["OutputName"], 0)
             base_uri = s3["S3Uri"].rstrip("/")
             for host in cluster.hosts:
-                root = self.host_dir(host) / container_rel(s3["LocalPath"])
-                if not root.is_dir():
-                    continue
-                for dirpath, dirs, files in os.walk(root):
-                    dirs.sort()
-                    for f in sorted(files):
-                        p = Path(dirpath) / f
-                        key = p.relative_to(root).as_posix()
-                        uri = f"{base_uri}/{key}"
-                        if uri in writers and writers[uri] != host.label and uri not in warned:
-                            warned.add(uri)
-                            self.say(f"warning: {s3['LocalPath']}/{key} was written by both {writers[uri]} and "
-                                     f"{host.label}; on SageMaker the hosts' files land under one S3 prefix, so the "
-                                     "last one uploaded wins: give each host its own file names")
-                        writers[uri] = host.label
-                        try:
-                            st = p.stat()
-                        except FileNotFoundError:
-                            continue
-                        stamp = f"{st.st_size}:{st.st_mtime_ns}"
-                        if seen.get(f"{host.label}:{uri}") == stamp:
-                            continue
-                        self.storage.upload(p, uri)
-                        seen[f"{host.label}:{uri}"] = stamp
-                        counts[out["OutputName"]] += 1
+                # opened inside the host's directory: a link the job made out of it is skipped, never followed
+                for key, f, st in hostfs.walk(self.host_dir(host), container_rel(s3["LocalPath"]),
+                                              say=self.host_skipped(host)):
+                    uri = f"{base_uri}/{key}"
+                    if uri in writers and writers[uri] != host.label and uri not in warned:
+                        warned.add(uri)
+                        self.say(f"warning: {s3['LocalPath']}/{key} was written by both {writers[uri]} and "
+                                 f"{host.label}; on SageMaker the hosts' files land under one S3 prefix, so the "
+                                 "last one uploaded wins: give each host its own file names")
+                    writers[uri] = host.label
+                    stamp = f"{st.st_size}:{st.st_mtime_ns}"
+                    if seen.get(f"{host.label}:{uri}") == stamp:
+                        continue
+                    self.storage.upload_fileobj(f, uri)
+                    seen[f"{host.label}:{uri}"] = stamp
+                    counts[out["OutputName"]] += 1
         return counts
 
     def copy_event_logs(self) -> None:
@@ -391,26 +383,27 @@ class ProcessingSupervisor(JobSupervisor):
         if not spark or not spark.get("events_tmp") or not spark.get("events_dir"):
             return
         src, dst = Path(spark["events_tmp"]), Path(spark["events_dir"])
-        if not src.is_dir():
+        hd = self.host_dir(self.cluster.by_name(self.cluster.master))
+        rel_dst = os.path.relpath(dst, hd)
+        if rel_dst.startswith(".."):
+            self.say(f"warning: the Spark event log directory {dst} is outside the host: not copied")
             return
-        dst.mkdir(parents=True, exist_ok=True)
-        for dirpath, dirs, files in os.walk(src):
-            dirs.sort()
-            rel = Path(dirpath).relative_to(src)
-            for f in sorted(files):
-                if f.endswith(".crc"):
-                    continue
-                target = dst / rel / f.replace(".inprogress", "")
-                try:
-                    st = (Path(dirpath) / f).stat()
-                    stamp = (st.st_size, st.st_mtime_ns)
-                    if self.event_copies.get(str(target)) == stamp and target.exists():
-                        continue  # unchanged since the last copy (Spark's final rename keeps both): nothing to do
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(Path(dirpath) / f, target)
-                except FileNotFoundError:  # renamed by Spark meanwhile (.inprogress -> final): next time
-                    continue
-                self.event_copies[str(target)] = stamp
+        # Spark (the job's code) writes src and the job owns dst: neither is followed out of its directory
+        for rel, f, st in hostfs.walk(src, say=self.say):
+            name = rel.rsplit("/", 1)[-1]
+            if name.endswith(".crc"):
+                continue
+            target = f"{rel_dst}/{rel[:-len(name)]}{name.replace('.inprogress', '')}"
+            stamp = (st.st_size, st.st_mtime_ns)
+            if self.event_copies.get(target) == stamp and hostfs.exists(hd, target):
+                continue  # unchanged since the last copy (Spark's final rename keeps both): nothing to do
+            try:
+                with hostfs.create(hd, target) as out:
+                    shutil.copyfileobj(f, out)
+            except OSError as e:
+                self.say(f"warning: did not copy the Spark event log {rel}: {e.strerror or e}")
+                continue
+            self.event_copies[target] = stamp
 
     def periodic(self) -> None:
         self.copy_event_logs()
@@ -664,9 +657,10 @@ class ProcessingSupervisor(JobSupervisor):
     def exit_message(self, cluster: contract.Cluster) -> str | None:
         parts = []
         for host in sorted(cluster.hosts, key=lambda h: cluster.rank(h)):
-            f = self.host_dir(host) / "output" / "message"
-            if f.is_file():
-                parts.append(f.read_bytes().decode("utf-8", "replace"))
+            # read inside the host's directory (a message file linked out of it is not read)
+            text = hostfs.read_text(self.host_dir(host), "output/message", EXIT_MESSAGE_LIMIT * 4)
+            if text is not None:
+                parts.append(text)
         text = "".join(parts)
         return text.encode("utf-8")[:EXIT_MESSAGE_LIMIT].decode("utf-8", "ignore") or None
 

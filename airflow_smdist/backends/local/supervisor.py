@@ -8,6 +8,7 @@ every process of the job on stop, on MaxRuntimeInSeconds, or when one host fails
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from collections.abc import Callable
 
-from airflow_smdist.backends.local import contract, hostnet, launcher
+from airflow_smdist.backends.local import contract, hostfs, hostnet, launcher, litter
 from airflow_smdist.kinds import kind_info
 from airflow_smdist.backends.local.metrics import MetricParser
 from airflow_smdist.backends.local.sampler import UtilizationSampler
@@ -35,12 +36,14 @@ from airflow_smdist.backends.local.store import (
     this_process,
     write_json_atomic,
 )
-from airflow_smdist.storage import Storage, StoredObject, parse_uri
+from airflow_smdist.storage import Storage, StoredObject, UploadJournal, parse_uri
 
 if TYPE_CHECKING:
     from airflow_smdist.backends.local import runtimes
 
 FAILURE_LIMIT = 1024
+#: of a host's failure file, what is read at most (FailureReason keeps 1 KB of it)
+FAILURE_READ_LIMIT = 1 << 20
 #: a traceback's first line, also behind a rank's tag (torchrun's "[rank0]:", mpirun's "[1,3]<stderr>:")
 _TRACEBACK = re.compile(r"^(\[[^\]]*\](?:<std(?:out|err)>)?:\s?)?Traceback \(most recent call last\):")
 #: chained tracebacks ("During handling of the above exception ...") belong to the last one
@@ -280,7 +283,8 @@ class JobSupervisor:
         self.request = read_json(self.dir / "request.json")
         self.name = kind_info(self.kind).job_name(self.request)
         self.state = read_json(self.dir / "state.json")
-        self.storage = Storage(endpoint_url=self.state.get("s3_endpoint_url"), region_name=self.state.get("region"))
+        self.storage = Storage(endpoint_url=self.state.get("s3_endpoint_url"), region_name=self.state.get("region"),
+                               journal=UploadJournal(self.dir / litter.JOURNAL))
         self.metrics = MetricParser(self.metric_definitions())
         self.final_metrics: dict[str, list] = {}
         self.metrics_lock = threading.Lock()
@@ -588,15 +592,14 @@ class JobSupervisor:
             exits.wait([label for label, c in codes.items() if c is None], WATCH_TICK)
 
     def failure_reason(self, host: contract.Host, code: int) -> str:
-        failure = self.host_dir(host) / "output" / "failure"
+        text = None
         for h in [host] + [x for x in self.cluster.hosts if x is not host]:
-            f = self.host_dir(h) / "output" / "failure"
-            if f.exists() and f.read_text().strip():
-                failure = f
+            # read inside the host's directory: a failure file linked out of it (/proc/self/environ) is not read
+            found = hostfs.read_text(self.host_dir(h), "output/failure", FAILURE_READ_LIMIT)
+            if found and found.strip():
+                text = found
                 break
-        if failure.exists() and failure.read_text().strip():
-            text = failure.read_text()
-        else:
+        if text is None:
             tail = []
             path = self.dir / "logs" / f"{host.label}.jsonl"
             for t in self.readers:
@@ -608,10 +611,26 @@ class JobSupervisor:
             head = f"ExecuteUserScriptError:\nExitCode {code}{sig}\nHost {host.label} ({host.address})\nErrorMessage \""
             room = FAILURE_LIMIT - len("AlgorithmError: ") - len(head) - 1
             text = head + fit_failure_reason("\n".join(error_lines), room, keep_head=False) + '"'
-
-            failure.parent.mkdir(parents=True, exist_ok=True)
-            failure.write_text(text)  # as the training toolkit does when the user script fails
+            self.write_host_file(host, "output/failure", text)  # as the training toolkit does when the script fails
         return fit_failure_reason("AlgorithmError: " + text)
+
+    def write_host_file(self, host: contract.Host, rel: str, text: str) -> None:
+        """Write ``rel`` in the host's directory, never through a link the job made (one is left as it is)."""
+        try:
+            hostfs.write_text(self.host_dir(host), rel, text)
+        except OSError as e:
+            self.say(f"{host.label}: did not write {rel}: {e.strerror or e} (a link the job made?)")
+
+    def host_skipped(self, host: contract.Host) -> Callable[[str], None]:
+        """Where :func:`.hostfs.walk` says what it skipped in ``host``'s directory: the job's log, once each."""
+        said = self.__dict__.setdefault("_skipped_said", set())
+
+        def say(message: str) -> None:
+            if (host.label, message) not in said:
+                said.add((host.label, message))
+                self.say(f"{host.label}: {message}")
+
+        return say
 
 
 def serve(cls: type[JobSupervisor], argv: list[str] | None = None) -> int:
@@ -620,6 +639,15 @@ def serve(cls: type[JobSupervisor], argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     supervisor = cls(Path(argv[0]))
     try:
+        try:  # what killed supervisors left (pack temporaries, partial objects, multipart uploads): gone now
+            # (in the supervisor's own log: other jobs' paths are not this job's business)
+            litter.reclaim(supervisor.store.root, say=lambda m: supervisor.log.write(f"litter: {m}\n"))
+        except Exception as e:  # noqa: BLE001 - never fatal to this job
+            supervisor.log.write(f"litter: could not reclaim what killed supervisors left: {e}\n")
         return supervisor.run()
     finally:
-        supervisor.release()
+        try:
+            supervisor.release()
+        finally:
+            with contextlib.suppress(OSError):  # (a full disk: the next start reads the journal whole)
+                litter.settle(supervisor.dir)

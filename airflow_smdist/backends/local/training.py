@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
 import tarfile
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING
 from airflow_smdist.backends.local import (
     contract,
     dt,
+    hostfs,
     last_modified,
+    litter,
     runtimes,
     transitions_of,
 )
@@ -41,7 +43,7 @@ from airflow_smdist.backends.local.supervisor import (
     shard,
 )
 from airflow_smdist.specs.errors import SpecError
-from airflow_smdist.storage import safe_join
+from airflow_smdist.storage import pause_for_test, safe_join
 
 if TYPE_CHECKING:
     from airflow_smdist.backends.local import mpi
@@ -251,15 +253,11 @@ class TrainingSupervisor(JobSupervisor):
     def write_success(self, cluster: contract.Cluster) -> None:
         """``output/success`` on every host, as the training toolkit writes it when the entry point succeeds."""
         for host in cluster.hosts:
-            out = self.host_dir(host) / "output"
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "success").touch()
+            self.write_host_file(host, "output/success", "")
 
     def write_failure(self, cluster: contract.Cluster, text: str) -> None:
         for host in cluster.hosts:
-            out = self.host_dir(host) / "output"
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "failure").write_text(text)
+            self.write_host_file(host, "output/failure", text)
 
     # -- running ---------------------------------------------------------------------------------
     def launch(self, cluster: contract.Cluster, channels_of: dict, master_port: int) -> None:
@@ -393,44 +391,37 @@ class TrainingSupervisor(JobSupervisor):
         seen = self.state.setdefault("checkpoint_synced", {})
         base_uri = self.request["CheckpointConfig"]["S3Uri"].rstrip("/")
         for host in cluster.hosts:
-            cdir = self.host_dir(host) / rel
-            if not cdir.is_dir():
-                continue
-            for dirpath, _dirs, files in os.walk(cdir):
-                for f in files:
-                    p = Path(dirpath) / f
-                    key = p.relative_to(cdir).as_posix()
-                    try:
-                        st = p.stat()
-                    except FileNotFoundError:
-                        continue
-                    stamp = f"{st.st_size}:{st.st_mtime_ns}"
-                    if seen.get(f"{host.label}/{key}") != stamp:
-                        self.storage.upload(p, f"{base_uri}/{key}")
-                        seen[f"{host.label}/{key}"] = stamp
+            # opened inside the host's directory: a link the job made out of it is skipped, never followed
+            for key, f, st in hostfs.walk(self.host_dir(host), rel, say=self.host_skipped(host)):
+                stamp = f"{st.st_size}:{st.st_mtime_ns}"
+                if seen.get(f"{host.label}/{key}") != stamp:
+                    self.storage.upload_fileobj(f, f"{base_uri}/{key}")
+                    seen[f"{host.label}/{key}"] = stamp
 
     def pack(self, cluster: contract.Cluster, subdir: str, name: str) -> str | None:
-        """Merge ``subdir`` of every host into one tar.gz at <S3OutputPath>/<job>/output/<name>."""
+        """Merge ``subdir`` of every host into one tar.gz at <S3OutputPath>/<job>/output/<name>. The tar is
+        built in ``<job dir>/pack.tmp/`` (:mod:`.litter` removes it if this supervisor is killed meanwhile)."""
         out_uri = f"{self.request['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{self.name}/output/{name}"
-        with tempfile.TemporaryDirectory(prefix="smdist-pack-") as tmp:
-            tar_path = Path(tmp) / name
+        tmp = self.dir / litter.PACK_TMP
+        tmp.mkdir(exist_ok=True)
+        tar_path = tmp / name
+        try:
             members: dict[str, str] = {}
             with tarfile.open(tar_path, "w:gz") as tar:
                 for host in cluster.hosts:
-                    root = self.host_dir(host) / subdir
-                    for dirpath, _dirs, files in os.walk(root):
-                        for f in sorted(files):
-                            p = Path(dirpath) / f
-                            arc = p.relative_to(root).as_posix()
-                            if arc in members:
-                                self.say(f"warning: {subdir}/{arc} written by both {members[arc]} and {host.label}; "
-                                         f"SageMaker merges all hosts' {subdir} directories, so names must not clash")
-                                continue
-                            members[arc] = host.label
-                            tar.add(p, arcname=arc)
+                    for arc, f, _st in hostfs.walk(self.host_dir(host), subdir, say=self.host_skipped(host)):
+                        if arc in members:
+                            self.say(f"warning: {subdir}/{arc} written by both {members[arc]} and {host.label}; "
+                                     f"SageMaker merges all hosts' {subdir} directories, so names must not clash")
+                            continue
+                        members[arc] = host.label
+                        tar.addfile(tar.gettarinfo(arcname=arc, fileobj=f), f)
             if subdir != "model" and not members:
                 return None
+            pause_for_test("pack")
             self.storage.upload(tar_path, out_uri)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         return out_uri
 
     # -- main ------------------------------------------------------------------------------------

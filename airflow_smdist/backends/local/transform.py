@@ -19,6 +19,7 @@ FailureReason names the object and the record. Statuses are DescribeTransformJob
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ from airflow_smdist.backends.local import (
     ACCOUNT,
     contract,
     dt,
+    hostfs,
     inference,
     runtimes,
 )
@@ -292,11 +294,18 @@ class TransformSupervisor(JobSupervisor):
         """Every object's ``<rel>.out`` the engine wrote (whole objects only), to its output URI: all of them for
         a Completed job, those done before the failure or stop otherwise."""
         for host in hosts:
-            out = self.host_dir(host) / ".transform" / "output"
             for key in work[host.label]:
-                path = out / (key.item["rel"] + ".out")
-                if complete or path.exists():
-                    self.storage.upload(path, key.item["output"])
+                rel = f".transform/output/{key.item['rel']}.out"
+                # opened inside the host's directory: an output the job linked out of it is not uploaded
+                f = hostfs.open_file(self.host_dir(host), rel)
+                if f is None:
+                    if os.path.islink(self.host_dir(host) / rel):
+                        self.host_skipped(host)(f"skipped {rel}: a link out of the host")
+                    elif complete:
+                        raise FileNotFoundError(errno.ENOENT, "no output", str(self.host_dir(host) / rel))
+                    continue
+                with f:
+                    self.storage.upload_fileobj(f, key.item["output"])
 
     def network_isolated(self) -> bool:
         """The model's EnableNetworkIsolation: the platform moves the data outside the container, so an
