@@ -222,40 +222,30 @@ class Storage:
                 self.journal.end(entry)  # type: ignore[union-attr]
 
     def _put_s3(self, f: BinaryIO, bucket: str, key: str, entry: int) -> None:
-        """One PutObject, or a multipart upload whose UploadId is in the journal before its first part."""
-        size = os.fstat(f.fileno()).st_size - f.tell()
-        if size < MULTIPART_THRESHOLD:
-            self.s3.put_object(Bucket=bucket, Key=key, Body=f.read())
-            return
-        upload_id = self.s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
-        self.journal.note(entry, bucket=bucket, key=key, upload_id=upload_id,  # type: ignore[union-attr]
-                          endpoint_url=self.endpoint_url, region=self.region_name)
+        """boto3's managed upload (s3transfer: one PutObject, or a multipart upload from 8 MB on, its parts in
+        threads, aborted by s3transfer itself when a part fails); the multipart upload's id goes into the
+        journal as S3 answers CreateMultipartUpload (a botocore event), before any part is sent, so a supervisor
+        killed meanwhile leaves an id that :mod:`~airflow_smdist.backends.local.litter` aborts."""
+        journal = self.journal
+        assert journal is not None
+
+        def created(parsed: dict, **_: object) -> None:
+            if parsed.get("Bucket") == bucket and parsed.get("Key") == key and parsed.get("UploadId"):
+                journal.note(entry, bucket=bucket, key=key, upload_id=parsed["UploadId"],
+                             endpoint_url=self.endpoint_url, region=self.region_name)
+
+        def part_sent(**_: object) -> None:
+            pause_for_test("multipart")
+
+        events = self.s3.meta.events
+        ids = (f"smdist-journal-{entry}-create", f"smdist-journal-{entry}-part")
+        events.register("after-call.s3.CreateMultipartUpload", created, unique_id=ids[0])
+        events.register("after-call.s3.UploadPart", part_sent, unique_id=ids[1])
         try:
-            parts = self._put_parts(f, bucket, key, upload_id, size)
-            self.s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
-                                              MultipartUpload={"Parts": parts})
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
-            raise
-
-    def _put_parts(self, f: BinaryIO, bucket: str, key: str, upload_id: str, size: int) -> list[dict]:
-        from concurrent.futures import ThreadPoolExecutor
-
-        start, fd = f.tell(), f.fileno()
-        offsets = list(range(0, size, MULTIPART_CHUNK))
-
-        def put(n: int) -> dict:
-            body = os.pread(fd, min(MULTIPART_CHUNK, size - offsets[n]), start + offsets[n])
-            etag = self.s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n + 1,
-                                       Body=body)["ETag"]
-            if n == 0:
-                pause_for_test("multipart")
-            return {"PartNumber": n + 1, "ETag": etag}
-
-        first = put(0)  # (before the others: a test's pause point is after one part)
-        with ThreadPoolExecutor(max_workers=min(8, len(offsets))) as pool:
-            return [first, *pool.map(put, range(1, len(offsets)))]
+            self.s3.upload_fileobj(f, bucket, key)
+        finally:
+            events.unregister("after-call.s3.CreateMultipartUpload", unique_id=ids[0])
+            events.unregister("after-call.s3.UploadPart", unique_id=ids[1])
 
     def read_bytes(self, uri: str) -> bytes:
         scheme, bucket, key = parse_uri(uri)
@@ -286,8 +276,6 @@ class Storage:
 
 
 PARTIAL = ".smdist-partial"
-#: s3:// uploads from this size on are multipart (boto3's default threshold and part size)
-MULTIPART_THRESHOLD = MULTIPART_CHUNK = 8 * 1024 * 1024
 
 
 def partial_name(path: str) -> str:
