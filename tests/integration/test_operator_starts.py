@@ -19,7 +19,9 @@ import pytest
 from airflow_smdist.backends.local import LocalBackend
 from airflow_smdist.backends.sagemaker import SageMakerBackend
 from airflow_smdist.lifecycle import ForeignJob
+from airflow_smdist.operators.processing import SmdistProcessingOperator
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+from airflow_smdist.specs.errors import SpecError
 
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
@@ -131,3 +133,28 @@ def test_two_tries_at_once_on_sagemaker_end_with_one_job(moto_server, s3_bucket,
     base = zombie["job_name"]
     names = [s["TrainingJobName"] for s in client.list_training_jobs(NameContains=base)["TrainingJobSummaries"]]
     assert names == [base]
+
+
+def test_pipe_mode_on_the_local_backend_is_refused_before_the_source_is_uploaded(tmp_path, local_root, source):
+    op = SageMakerDistributedTrainingOperator(
+        task_id="train", entry_point="train.py", source_dir=str(source), image_uri=IMAGE, input_mode="Pipe",
+        inputs={"train": f"file://{tmp_path}/data"}, output_path=f"file://{tmp_path}/out")
+    with pytest.raises(SpecError) as info:
+        op.execute(context(f"run-{uuid.uuid4().hex}", 1))
+    assert info.value.field == "TrainingInputMode" and "Pipe mode" in str(info.value)
+    assert not (tmp_path / "out").exists()  # no sourcedir.tar.gz
+    assert not local_root.exists() or not [p for p in local_root.rglob("*") if p.is_file()]
+
+
+def test_pipe_mode_of_a_processing_input_is_refused_before_the_code_is_uploaded(tmp_path, local_root):
+    script = tmp_path / "prep.py"
+    script.write_text("print('prep')\n")
+    (tmp_path / "data").mkdir()
+    op = SmdistProcessingOperator(
+        task_id="prep", image_uri=IMAGE, code=str(script), code_location=f"file://{tmp_path}/code",
+        inputs={"data": {"source": f"file://{tmp_path}/data/", "s3_input_mode": "Pipe"}},
+        outputs={"out": f"file://{tmp_path}/processed"})
+    with pytest.raises(SpecError) as info:
+        op.execute(context(f"run-{uuid.uuid4().hex}", 1))
+    assert "S3InputMode" in info.value.field and "Pipe mode" in str(info.value)
+    assert not (tmp_path / "code").exists()  # prep.py was not uploaded
