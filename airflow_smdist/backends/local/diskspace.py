@@ -42,7 +42,8 @@ def says_disk_full(output: str) -> bool:
 
 
 def make_reserve(job_dir: str | os.PathLike, size: int = RESERVE_BYTES) -> Path:
-    """The reserve file of ``job_dir``, its blocks allocated (written, not sparse: a sparse file frees nothing)."""
+    """The reserve file of ``job_dir``, its blocks allocated (written, not sparse: a sparse file frees nothing;
+    a file system that allocates late still counts written blocks as used at once)."""
     path = Path(job_dir) / RESERVE_NAME
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -50,7 +51,6 @@ def make_reserve(job_dir: str | os.PathLike, size: int = RESERVE_BYTES) -> Path:
         left = size
         while left > 0:
             left -= os.write(fd, block[: min(left, len(block))])
-        os.fsync(fd)
     except BaseException:
         os.close(fd)
         path.unlink(missing_ok=True)
@@ -116,8 +116,8 @@ def _size(st: os.stat_result) -> int:
 
 def biggest_entries(root: str | os.PathLike, n: int = 3, *, max_entries: int = WALK_MAX_ENTRIES,
                     max_seconds: float = WALK_MAX_SECONDS) -> list[tuple[str, int]]:
-    """The ``n`` biggest files under ``root`` (path, bytes on disk), biggest first; links are not followed and
-    other mounts not entered. Bounded: a walk that would take longer looks at what it saw by then."""
+    """The ``n`` biggest files under ``root`` (path, bytes on disk), biggest first, jobs' reserves left out;
+    links are not followed and other mounts not entered. Bounded: a walk that would take longer looks at what it saw by then."""
     root = os.fspath(root)
     try:
         device = os.lstat(root).st_dev
@@ -139,7 +139,7 @@ def biggest_entries(root: str | os.PathLike, n: int = 3, *, max_entries: int = W
                     if stat.S_ISDIR(st.st_mode):
                         if st.st_dev == device:
                             stack.append(entry.path)
-                    elif stat.S_ISREG(st.st_mode):
+                    elif stat.S_ISREG(st.st_mode) and entry.name != RESERVE_NAME:  # ours: not what filled it
                         item = (_size(st), entry.path)
                         if len(heap) < n:
                             heapq.heappush(heap, item)
