@@ -34,6 +34,9 @@ its earlier tries: one still running is reattached (no second job), one complete
 again), and after a failed or stopped one the next attempt name is used. A task instance the user
 *cleared* runs its job again (``rerun_on_clear=True``, the default: a completed job made before the clear
 is passed over for the next attempt name); ``rerun_on_clear=False`` returns that job's result instead.
+Two tries of one task instance at once (a zombie and its retry) both choose the same name; the one whose Create
+fails because the other's went first takes that job over (:meth:`JobLifecycle.join_concurrent`), as a retry
+reattaches to an earlier try's job, once its tags say it is this task instance's.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from airflow_smdist.backends.base import (
     BackendError,
     JobNotFound,
     LogEvent,
+    ResourceExists,
 )
 from airflow_smdist.kinds import MAX_ATTEMPT_NAMES, JobKindInfo, kind_info
 
@@ -73,6 +77,9 @@ MAX_BACKOFF_SECONDS = 60.0
 LAST_LINES = 20
 #: how long stopping waits for the jobs to end
 STOP_TIMEOUT_SECONDS = 180.0
+#: how long a try that lost the race for a job name looks for the winner's job (SageMaker may not show a job
+#: it has just created to a Describe at once)
+CONFLICT_DESCRIBE_SECONDS = 10.0
 
 Action = Literal["create", "reattach-running", "reattach-completed"]
 #: the tags every job carries: which task instance made it, and in which try
@@ -168,6 +175,18 @@ async def acall_with_backoff(call: Callable[[], Awaitable[T]], *, counter: dict[
             attempt += 1
             _count(counter, "throttled")
             await asyncio.sleep(backoff_delay(attempt))
+
+
+def is_name_conflict(exc: BaseException) -> bool:
+    """Whether a Create*Job failed because a job of that name exists: the local backend's and SageMaker's
+    ValidationException "... must be unique ...", SageMaker's ResourceInUse."""
+    if isinstance(exc, ResourceExists):
+        return True
+    if not isinstance(exc, BackendError):
+        return False
+    if exc.code in ("ResourceInUse", "ResourceInUseException"):
+        return True
+    return exc.code == "ValidationException" and ("must be unique" in str(exc) or "already exists" in str(exc))
 
 
 # -- results -----------------------------------------------------------------------------------------------
@@ -321,7 +340,9 @@ class JobLifecycle:
         started = self.choose(base)
         label, backend = self.info.name, self.backend.name
         if started.action == "create":
-            self.submit(build_request(started.name))
+            started = self.submit_or_join(started.name, build_request(started.name))
+            if started.action != "create":
+                return started
             self.log.info("Started %s job %s on the %s backend.", label, started.name, backend)
         elif started.action == "reattach-running":
             self.track(started.name)
@@ -331,6 +352,44 @@ class JobLifecycle:
             self.log.info("%s job %s of an earlier try already completed; returning its result.", label,
                           started.name)
         return started
+
+    def submit_or_join(self, name: str, request: dict[str, Any]) -> Started:
+        """Create the job ``name`` (action "create"), or, where another try of this task instance created it
+        meanwhile, take that one over (:meth:`join_concurrent`)."""
+        try:
+            self.submit(request)
+        except Exception as exc:
+            if not is_name_conflict(exc):
+                raise
+            return self.join_concurrent(name, exc)
+        return Started(name, "create")
+
+    def join_concurrent(self, name: str, conflict: Exception) -> Started:
+        """The job ``name`` that another try of this task instance created between this try's choice of the
+        name and its Create (a zombie try and its retry, started at once): reattached, as a retry reattaches to
+        an earlier try's job. Its tags decide: a job of another task instance is refused (:class:`ForeignJob`);
+        without an owner to compare, the Create's own error stands."""
+        if self.owner is None:
+            raise conflict
+        deadline = time.monotonic() + CONFLICT_DESCRIBE_SECONDS
+        while True:
+            try:
+                description = self.describe(name)
+                break
+            except JobNotFound:  # created, not yet visible (SageMaker), or gone again: look once more
+                if time.monotonic() > deadline:
+                    raise conflict from None
+                time.sleep(0.5)
+        self.accept_reattach(name, description)
+        status = self.status(description)
+        if status in RUNNING_STATES:
+            self.track(name)
+            self.log.info("Another try of this task instance created %s job %s at the same moment; reattaching "
+                          "to it (no second job started).", self.info.name, name)
+            return Started(name, "reattach-running")
+        self.log.info("Another try of this task instance created %s job %s at the same moment; it already "
+                      "ended %s: returning its result.", self.info.name, name, status)
+        return Started(name, "reattach-completed")
 
     def track(self, name: str) -> None:
         """Count ``name`` among the running jobs (what a kill stops)."""

@@ -101,6 +101,11 @@ class SmdistJobOperator(BaseOperator):
         """Return the validated Create* request; do any upload the request relies on (it is new)."""
         raise NotImplementedError
 
+    def check_before_upload(self, request: dict[str, Any]) -> None:
+        """Refuse ``request`` as the backend that will run it would (e.g. Pipe mode on the local backend),
+        before anything it relies on is uploaded: a refused job leaves no objects behind."""
+        self.get_backend().check(self.kind, request)
+
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
         """The small XCom result for a finished job (default: the kind's result function)."""
         return kind_info(self.kind).result(description, self.get_backend())

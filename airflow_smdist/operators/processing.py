@@ -109,6 +109,7 @@ class _ProcessingOperator(SmdistJobOperator):
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
         self._plan = plan = self.plan(job_name, backend_name)
         if plan.uploads:
+            self.check_before_upload(plan.request)
             from airflow_smdist.specs.processing import upload_plan
             from airflow_smdist.storage import Storage
 

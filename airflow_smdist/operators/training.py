@@ -171,6 +171,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
         self._plan = plan = self.plan(job_name, backend_name)
         if plan.source_dir:
+            self.check_before_upload(plan.request)
             from airflow_smdist.sourcedir import upload_source
             from airflow_smdist.storage import Storage
 

@@ -754,7 +754,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             started = lifecycle.choose(f"{base_g}-s{shard['index']}")
             if started.action == "create":
                 request = self.make_request(backend, storage, started.name, shard["manifest_uri"], "ManifestFile")
-                lifecycle.submit(request)
+                started = lifecycle.submit_or_join(started.name, request)
+            if started.action == "create":
                 attempts[index] = attempts.get(index, 0) + 1
                 self.log.info("Shard %d: started %s over %d object(s).", shard["index"], started.name,
                               shard["objects"])

@@ -14,6 +14,7 @@ state)``; and the supervisor's ``main(argv)``). The job-kind registry (:mod:`air
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -32,12 +33,13 @@ from airflow_smdist.backends.base import (
     LogEvent,
     tuning_log_events,
 )
-from airflow_smdist.backends.local import launcher
+from airflow_smdist.backends.local import diskspace, launcher
 from airflow_smdist.backends.local.notify import ChangeWaker
 from airflow_smdist.backends.local.store import JobStore, pid_alive, read_json, read_jsonl, write_json_atomic
 from airflow_smdist.kinds import kind_info, load
 
 ACCOUNT = "000000000000"
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -171,6 +173,9 @@ class LocalBackend:
             self._abandon(kind, name, staging)
             if isinstance(exc, FileExistsError):
                 raise self._name_taken(kind, name) from None
+            if diskspace.is_disk_full(exc):
+                raise BackendError(diskspace.full_message(self.store.root), code="ClientError",
+                                   operation=kind_info(kind).create_op) from exc
             raise
         if self.local_retention:
             from airflow_smdist.backends.local.retention import prune_after_submit
@@ -189,6 +194,7 @@ class LocalBackend:
         waits until the job is in place) and its pid, then its loopback block and its state."""
         job_dir = staging.dir
         (job_dir / "logs").mkdir()
+        diskspace.make_reserve(job_dir)  # room for the job's final state once its disk is full
         write_json_atomic(job_dir / "request.json", request)
         staging.proc = self._start_supervisor(kind, name, job_dir)
         (job_dir / "supervisor.pid").write_text(f"{staging.proc.pid} {_create_time(staging.proc.pid)}")
@@ -376,6 +382,23 @@ class LocalBackend:
             return None
         return "the process that submitted this job ended before its supervisor started"
 
+    def _settle_dead(self, kind: str, name: str, state: dict) -> None:
+        """Write the end of a job whose supervisor died, and free what it held. Best effort: a describe never
+        fails for it (a full disk, a read-only root); the state is answered as corrected, and written by a
+        later describe."""
+        job_dir = self.store.job_dir(kind, name)
+        try:
+            # its hosts ended with it (their lifeline closed); its bridge is reclaimed here
+            if state.get("network"):
+                from airflow_smdist.backends.local import hostnet
+
+                hostnet.reclaim()
+            write_json_atomic(job_dir / "state.json", state)
+            self.store.release_block(f"{kind}/{name}")
+        except OSError as exc:
+            log.warning("%s job %s ended without its supervisor; its state could not be written (%s): "
+                        "answering %s from memory", kind, name, exc, state["status"])
+
     def _live_state(self, kind: str, name: str) -> dict:
         """The state file, corrected when the supervisor died without finishing it."""
         job_dir = self.store.job_dir(kind, name)
@@ -386,15 +409,11 @@ class LocalBackend:
         if reason:
             state = read_json(job_dir / "state.json")  # it may have finished just now
             if state["status"] not in TERMINAL_STATES:
-                # its hosts ended with it (their lifeline closed); its bridge is reclaimed here
-                if state.get("network"):
-                    from airflow_smdist.backends.local import hostnet
-
-                    hostnet.reclaim()
+                if diskspace.looks_full(self.store.root):  # what most likely ended it
+                    reason = f"{reason}; {diskspace.full_message(self.store.root)}"
                 state.update(status="Failed", secondary_status="Failed", ended=time.time(),
                              failure_reason=f"InternalServerError: {reason}")
-                write_json_atomic(job_dir / "state.json", state)
-                self.store.release_block(f"{kind}/{name}")
+                self._settle_dead(kind, name, state)
         elif (job_dir / "stop").exists() and state["status"] == "InProgress":
             state = dict(state, status="Stopping")
         return state

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from airflow_smdist.backends.local import diskspace
 from airflow_smdist.specs.errors import SpecError
 
 RUNTIME_ENV = "SMDIST_LOCAL_RUNTIME"
@@ -693,24 +694,59 @@ def build(spec: ImageSpec, cache: Path, log: Callable[[str], None] = lambda _m: 
         started = time.time()
         tmp = cache / f".build-{key}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        uv = uv_binary()
-        code, out = _run([uv, "venv", "--quiet", "--relocatable", "--python", python, str(tmp)])
-        if code:
-            raise RuntimeError_(field_name, f"uv could not make a virtual environment: {out[-800:]}",
-                                f"check uv and {python}.")
-        chosen = _install_first(uv, tmp, spec, torch, sources, log, field_name)
-        versions = _installed(uv, tmp)
-        notes = list(spec.notes) + _notes(spec, versions, chosen) + ([f"not here: {MISSING[spec.framework]}"]
-                                                  if spec.framework in MISSING else [])
-        meta = {"image": spec.image, "framework": spec.framework, "version": spec.version, "key": key,
-                "packages": {p: versions.get(_norm(p), "") for p in (spec.pins or {})} or
-                _declared_versions(spec, versions), "notes": notes, "attempt": chosen,
-                "seconds": round(time.time() - started, 1), "freeze": versions}
-        (tmp / "runtime.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
-        (tmp / "constraints.txt").write_text("".join(f"{k}=={v}\n" for k, v in sorted(versions.items())))
+        try:
+            _build_into(tmp, spec, torch, sources, log, field_name, key, started, python)
+        except BaseException as exc:
+            error = _disk_full_error(field_name, spec, cache, exc)  # measured before the partial build goes
+            shutil.rmtree(tmp, ignore_errors=True)  # a failed build holds no space
+            if error is not None:
+                raise error from exc
+            raise
         os.rename(tmp, final)
         log(f"local runtime {key} built in {time.time() - started:.1f}s")
     return load(final, spec)
+
+
+def _build_into(tmp: Path, spec: ImageSpec, torch: str | None, sources: list[str], log: Callable[[str], None],
+                field_name: str, key: str, started: float, python: str) -> None:
+    """Make the runtime of ``spec`` in the directory ``tmp`` (its environment, runtime.json, constraints.txt)."""
+    uv = uv_binary()
+    code, out = _run([uv, "venv", "--quiet", "--relocatable", "--python", python, str(tmp)])
+    if code:
+        if diskspace.says_disk_full(out):
+            raise _OutOfSpace(diskspace.full_line(out))
+        raise RuntimeError_(field_name, f"uv could not make a virtual environment: {out[-800:]}",
+                            f"check uv and {python}.")
+    chosen = _install_first(uv, tmp, spec, torch, sources, log, field_name)
+    versions = _installed(uv, tmp)
+    notes = list(spec.notes) + _notes(spec, versions, chosen) + ([f"not here: {MISSING[spec.framework]}"]
+                                                                if spec.framework in MISSING else [])
+    meta = {"image": spec.image, "framework": spec.framework, "version": spec.version, "key": key,
+            "packages": {p: versions.get(_norm(p), "") for p in (spec.pins or {})} or
+            _declared_versions(spec, versions), "notes": notes, "attempt": chosen,
+            "seconds": round(time.time() - started, 1), "freeze": versions}
+    (tmp / "runtime.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    (tmp / "constraints.txt").write_text("".join(f"{k}=={v}\n" for k, v in sorted(versions.items())))
+
+
+class _OutOfSpace(RuntimeError):
+    """uv's run failed for want of disk space (its output says so): no other version set would fare better."""
+
+
+def _disk_full_error(field_name: str, spec: ImageSpec, cache: Path, exc: BaseException) -> RuntimeError_ | None:
+    """The error of a build that failed for want of space (a write of ours, or uv's), else None: the runtime
+    cache's disk, how full and what fills it, where that is the full one (uv's line names a file in it, or it
+    has next to no room left); else uv's own line."""
+    if not (diskspace.is_disk_full(exc) or isinstance(exc, _OutOfSpace)):
+        return None
+    if not isinstance(exc, _OutOfSpace) or str(cache) in str(exc) or diskspace.looks_full(cache):
+        return RuntimeError_(field_name, f"no local runtime for {spec.image}: "
+                             + diskspace.full_statement(cache, "the runtime cache"),
+                             f"free space there, or set the runtime cache elsewhere ({CACHE_ENV}).")
+    return RuntimeError_(field_name, f"no local runtime for {spec.image}: uv ran out of disk space: \"{exc}\" "
+                         f"(the runtime cache {diskspace.describe_disk(cache)} has room: another disk is full, "
+                         "e.g. uv's own cache or TMPDIR).",
+                         f"free space on the disk uv names, or set the runtime cache elsewhere ({CACHE_ENV}).")
 
 
 def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, sources: list[str],
@@ -742,6 +778,8 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
         tls = tls_failure(out)
         if tls:  # nothing was downloaded: no other version set would fare better
             raise tls_error(field_name, f"no local runtime for {spec.image}", tls, out)
+        if diskspace.says_disk_full(out):  # nor would it with no room to install into
+            raise _OutOfSpace(diskspace.full_line(out))
         reason = [ln.strip() for ln in out.splitlines() if ln.strip() and not ln.startswith(("Using ", "hint"))]
         failures.append(f"{label} ({' '.join(reqs)}): " + " ".join(reason[-3:]))
         log(f"{label} do not install together here (uv: {_uv_reason(reason)}); trying the next set")

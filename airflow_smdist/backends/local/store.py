@@ -52,9 +52,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
     may carry secrets)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(data, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=1, sort_keys=True, default=str))
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, most often: no half-written file is left to hold its space
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def private_dir(path: Path, *, chmod: bool = False) -> Path:

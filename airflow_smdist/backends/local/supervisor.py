@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from collections.abc import Callable
 
-from airflow_smdist.backends.local import contract, hostfs, hostnet, launcher, litter
+from airflow_smdist.backends.local import contract, diskspace, hostfs, hostnet, launcher, litter
 from airflow_smdist.kinds import kind_info
 from airflow_smdist.backends.local.metrics import MetricParser
 from airflow_smdist.backends.local.sampler import UtilizationSampler
@@ -118,6 +118,37 @@ def _exception_line(lines: list[str], start: int) -> int | None:
 class PlatformError(RuntimeError):
     """A failure SageMaker itself reports (its message is the FailureReason as it stands, e.g.
     "ClientError: No S3 objects found under S3 URL ..."), as opposed to an error of ours."""
+
+
+def _close_quietly(f) -> None:
+    """Close ``f``; what its buffer held is lost where the disk has no room for it."""
+    try:
+        f.close()
+    except OSError:
+        pass
+
+
+class SupervisorLog:
+    """The supervisor's own log (``supervisor.log``), which a full disk never makes raise: a line that cannot
+    be written is lost, and the supervisor told (``on_full``), so that the job ends with the disk's reason."""
+
+    def __init__(self, path: Path, on_full: Callable[[], object]) -> None:
+        self.file = open(path, "a", buffering=1)
+        self.on_full = on_full
+
+    def write(self, text: str) -> None:
+        try:
+            self.file.write(text)
+        except OSError as exc:
+            if not diskspace.is_disk_full(exc):
+                raise
+            self.on_full()
+
+    def flush(self) -> None:
+        try:
+            self.file.flush()
+        except OSError:
+            pass
 
 
 def stop_grace() -> float:
@@ -297,17 +328,81 @@ class JobSupervisor:
         self.network_said = False
         #: the job's runtime (the image's environment), resolved by the kinds that run code in one
         self.runtime: runtimes.Runtime | None = None
-        self.log = open(self.dir / "supervisor.log", "a", buffering=1)
+        #: why the job cannot go on: a write of the supervisor's failed for want of space (see :meth:`disk_full`)
+        self.disk_full_reason: str | None = None
+        self.disk_lock = threading.Lock()
+        self.log = SupervisorLog(self.dir / "supervisor.log", self.disk_full)
         self.sampler = UtilizationSampler(self.dir)  # per-host CPU, memory and I/O while hosts run
 
     # -- state -----------------------------------------------------------------------------------
     def save(self, **changes) -> None:
+        """Update the state file. A failed job whose disk is full fails with the disk's reason; a full disk
+        that refuses the write frees the job's reserve (ending its hosts first) and writes it again."""
+        if changes.get("status", self.state.get("status")) == "Failed" and changes.get("failure_reason"):
+            changes["failure_reason"] = self.with_disk_reason(str(changes["failure_reason"]))
         if changes.get("failure_reason"):  # every kind's reasons meet SageMaker's limit here, keeping the end
             changes["failure_reason"] = fit_failure_reason(str(changes["failure_reason"]))
         self.state.update(changes)
         with self.metrics_lock:
             self.state["final_metrics"] = dict(self.final_metrics)
-        write_json_atomic(self.dir / "state.json", self.state)
+        try:
+            write_json_atomic(self.dir / "state.json", self.state)
+        except OSError as exc:
+            if not diskspace.is_disk_full(exc):
+                raise
+            self.disk_full()
+            self.free_reserve()
+            write_json_atomic(self.dir / "state.json", self.state)
+
+    # -- a full disk -----------------------------------------------------------------------------------
+    def disk_full(self) -> str:
+        """Note that a write of this job failed for want of space (once: the message measures the disk as it
+        is then, before the reserve is freed); the job's FailureReason from now on."""
+        with self.disk_lock:
+            if self.disk_full_reason is None:
+                self.disk_full_reason = diskspace.full_message(self.store.root)
+            return self.disk_full_reason
+
+    def fail(self, exc: BaseException) -> None:
+        """The end of a job whose ``run`` raised: its traceback in the supervisor's log, and the job Failed with
+        the error (the full disk's reason where that is why), unless it had ended already."""
+        import traceback
+
+        self.log.write(traceback.format_exc())
+        if self.state.get("status") in ("Completed", "Failed", "Stopped"):
+            return
+        if diskspace.is_disk_full(exc):
+            self.disk_full()
+        if self.procs:
+            self.end_all(5)
+        t = time.time()
+        transitions = self.state.setdefault("transitions", [])
+        if transitions and "end" not in transitions[-1]:
+            transitions[-1]["end"] = t
+        transitions.append({"status": "Failed", "start": t, "end": t, "message": f"{self.kind.capitalize()} job failed"})
+        self.save(status="Failed", secondary_status="Failed", ended=t,
+                  failure_reason=f"InternalServerError: {type(exc).__name__}: {exc}")
+
+    def free_reserve(self) -> None:
+        """Free the job's reserve for its last writes; its hosts end first (in the supervisor's main thread),
+        so that what freed the room does not take it again."""
+        if threading.current_thread() is threading.main_thread() and any(
+                p.poll() is None for p in self.procs.values()):
+            self.end_all(min(stop_grace(), 5))
+        diskspace.release_reserve(self.dir)
+
+    def with_disk_reason(self, reason: str) -> str:
+        """``reason`` of a failed job, said as the full disk where that is why: a write of the supervisor's
+        failed for want of space, or the job's own error says so and names a file of the job root's disk (under
+        /opt/ml) or that disk is (nearly) full. What room is left holds the job's own error."""
+        if self.disk_full_reason is None and diskspace.says_disk_full(reason) and (
+                "/opt/ml" in reason or str(self.store.root) in reason or diskspace.looks_full(self.store.root)):
+            self.disk_full()  # every host's /opt/ml is on the job root's disk
+        full = self.disk_full_reason
+        if full is None or reason.startswith(full):
+            return reason
+        room = FAILURE_LIMIT - len(full) - 1
+        return full + ("\n" + fit_failure_reason(reason, room) if room > 80 else "")
 
     def secondary(self, status: str, message: str) -> None:
         t = time.time()
@@ -319,10 +414,16 @@ class JobSupervisor:
         self.save(secondary_status=status)
 
     def say(self, message: str) -> None:
-        """A platform line in the job's log (the 'platform' stream), like SageMaker's own messages."""
+        """A platform line in the job's log (the 'platform' stream), like SageMaker's own messages (lost, and
+        the disk noted full, where there is no room for it)."""
         line = json.dumps({"t": time.time(), "m": message})
-        with open(self.dir / "logs" / "platform.jsonl", "a") as f:
-            f.write(line + "\n")
+        try:
+            with open(self.dir / "logs" / "platform.jsonl", "a") as f:
+                f.write(line + "\n")
+        except OSError as exc:
+            if not diskspace.is_disk_full(exc):
+                raise
+            self.disk_full()
         self.log.write(f"{time.strftime('%H:%M:%S')} {message}\n")
 
     def on_sigterm(self, _signum, _frame) -> None:
@@ -347,22 +448,48 @@ class JobSupervisor:
         return prefix, objs
 
     def reader(self, host: contract.Host, stream) -> None:
+        """Drain a host's output to its end (a host blocks on a full pipe), recording each line
+        (:meth:`record`) while there is room: a full disk stops the recording, never the draining."""
         path = self.dir / "logs" / f"{host.label}.jsonl"
-        with open(path, "a") as out:
+        out = None
+        try:
+            out = open(path, "a")
+        except OSError as exc:
+            if not diskspace.is_disk_full(exc):
+                raise
+            self.disk_full()
+        try:
             for raw in iter(stream.readline, b""):
-                t = time.time()
-                line = raw.decode("utf-8", "replace").rstrip("\n")
-                out.write(json.dumps({"t": t, "m": line}) + "\n")
-                out.flush()
-                points = self.metrics.parse(line, t, host.label)
-                if points:
-                    with self.metrics_lock:
-                        with open(self.dir / "metrics.jsonl", "a") as mf:
-                            for p in points:
-                                self.final_metrics[p.name] = [p.value, p.timestamp]
-                                mf.write(json.dumps({"name": p.name, "value": p.value, "t": p.timestamp,
-                                                     "host": p.host}) + "\n")
-        stream.close()
+                if out is None:
+                    continue
+                try:
+                    self.record(host, out, raw)
+                except OSError as exc:
+                    if not diskspace.is_disk_full(exc):
+                        raise
+                    self.disk_full()
+                    _close_quietly(out)  # its buffer may hold a torn line: dropped with it
+                    out = None
+        finally:
+            stream.close()
+            if out is not None:
+                _close_quietly(out)
+
+    def record(self, host: contract.Host, out, raw: bytes) -> None:
+        """One line of a host's output into its log stream and, through MetricDefinitions, the metrics."""
+        t = time.time()
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        out.write(json.dumps({"t": t, "m": line}) + "\n")
+        out.flush()
+        points = self.metrics.parse(line, t, host.label)
+        if points:
+            with self.metrics_lock:
+                for p in points:
+                    self.final_metrics[p.name] = [p.value, p.timestamp]
+                with open(self.dir / "metrics.jsonl", "a") as mf:
+                    for p in points:
+                        mf.write(json.dumps({"name": p.name, "value": p.value, "t": p.timestamp,
+                                             "host": p.host}) + "\n")
 
     # -- hosts -----------------------------------------------------------------------------------
     def network_isolated(self) -> bool:
@@ -572,6 +699,9 @@ class JobSupervisor:
                 self.secondary("Stopping", f"Stopping the {self.kind} job")
                 self.end_all(stop_grace())
                 return "Stopped", "Stopped", None
+            if self.disk_full_reason is not None:  # a write of the job's failed for want of space
+                self.end_all(min(stop_grace(), 5))
+                return "Failed", "Failed", self.disk_full_reason
             if max_run and time.time() - started > float(max_run):
                 self.secondary("Stopping", f"Job exceeded MaxRuntimeInSeconds={max_run}")
                 self.end_all(stop_grace())
@@ -619,6 +749,9 @@ class JobSupervisor:
         try:
             hostfs.write_text(self.host_dir(host), rel, text)
         except OSError as e:
+            if diskspace.is_disk_full(e):
+                self.disk_full()
+                return
             self.say(f"{host.label}: did not write {rel}: {e.strerror or e} (a link the job made?)")
 
     def host_skipped(self, host: contract.Host) -> Callable[[str], None]:
@@ -645,9 +778,13 @@ def serve(cls: type[JobSupervisor], argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - never fatal to this job
             supervisor.log.write(f"litter: could not reclaim what killed supervisors left: {e}\n")
         return supervisor.run()
+    except Exception as exc:  # noqa: BLE001 - the job ends with a reason, not with a dead supervisor
+        supervisor.fail(exc)
+        return 1
     finally:
         try:
             supervisor.release()
         finally:
             with contextlib.suppress(OSError):  # (a full disk: the next start reads the journal whole)
                 litter.settle(supervisor.dir)
+            diskspace.release_reserve(supervisor.dir)  # the job's final state is written: its reserve goes
