@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import shutil
 import sysconfig
 import tarfile
@@ -96,7 +97,8 @@ def test_a_job_reaches_no_worker_file_no_other_job_and_no_job_root(tmp_path, sec
     top = seen["list"]["/"].removeprefix("listed: ").split(",")
     assert not {"home", "srv", "mnt", "media", "boot", "run"} & set(top), top
     # of the checkout, only what runs the job: the provider's in-job code and (worker runtime) the virtualenv
-    assert set(seen["list"][str(REPO)].removeprefix("listed: ").split(",")) <= {"airflow_smdist", ".venv"}
+    venv = os.path.relpath(sys.prefix, REPO).split(os.sep)[0]  # .venv, or test-py.sh's .venv-py3.12
+    assert set(seen["list"][str(REPO)].removeprefix("listed: ").split(",")) <= {"airflow_smdist", venv}
     # what a container may do: write its own /opt/ml, /tmp and root; what it may not: mount, see the disks
     assert set(seen["own"].values()) == {"written"}, seen["own"]
     assert seen["mount"] == "errno 1"
