@@ -134,11 +134,21 @@ def test_own_image_without_a_declared_runtime_is_refused_naming_the_fields(backe
 @SKLEARN_1_2
 def test_own_image_with_declared_requirements_runs_in_them(backend, tmp_path):
     name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "sk"), entry="train.py", image=OWN_IMAGE,
-                  environment={"SMDIST_LOCAL_REQUIREMENTS": "scikit-learn==1.2.1 numpy<2"})
+                  environment={"SMDIST_LOCAL_REQUIREMENTS": "scikit-learn==1.2.1 numpy<2 six"})
     d = wait(backend, name)
     lines = log_lines(backend, name)
     assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), lines[-20:])
     assert next(m for m in lines if m.startswith("sklearn=")).startswith("sklearn=1.2.1 ")
+    # a bare name resolves as pip resolves it, to the newest (not the lowest): what uv compiles here
+    from airflow_smdist.backends.local import runtimes
+
+    compiled = subprocess.run([runtimes.uv_binary(), "pip", "compile", "-", "--quiet", "--no-header",
+                               "--only-binary", ":all:", *runtimes.uv_source_args()], input="six\n",
+                              capture_output=True, text=True, check=True).stdout
+    newest = next(line.split("==")[1].strip() for line in compiled.splitlines() if line.startswith("six=="))
+    runtime_line = next(m for m in lines if m.startswith("runtime: own:1 ["))
+    assert f"six {newest}]" in runtime_line, (runtime_line, newest)
+    assert not [m for m in lines if "hardlink" in m]  # the layer's install copies: no warning a user can't act on
 
 
 def test_unsatisfiable_framework_version_fails_with_the_field_and_uvs_reason(backend, tmp_path):

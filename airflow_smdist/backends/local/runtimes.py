@@ -651,9 +651,11 @@ def unpinned(spec: ImageSpec) -> list[str]:
 
 
 def cache_key(spec: ImageSpec, python_version: str, sources: list[str], torch: str | None) -> str:
-    blob = json.dumps({"format": FORMAT, "python": python_version, "attempts": attempts(spec, torch),
-                       "unpinned": unpinned(spec),
-                       "sources": sources, "platform": sys.platform}, sort_keys=True)
+    fields = {"format": FORMAT, "python": python_version, "attempts": attempts(spec, torch),
+              "unpinned": unpinned(spec), "sources": sources, "platform": sys.platform}
+    if spec.framework == "user":  # declared requirements resolve to the newest since (they took the lowest)
+        fields["resolution"] = "highest"
+    blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -760,8 +762,8 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
         # distribution only, and it alone may build (else pandas 2.0.3, the Spark 3.5 image's, has no wheel for
         # Python 3.12 and its source build fails where the next release installs)
         cmd += ["--only-binary", ":all:"] + (["--no-binary", "pyspark"] if spec.framework == "spark" else [])
-        if label != "the image's versions":
-            cmd += ["--resolution", "lowest-direct"]  # the nearest version above the image's
+        if label.startswith("the nearest"):  # the nearest version above the image's; declared requirements
+            cmd += ["--resolution", "lowest-direct"]  # resolve as pip would, to the newest that fits
         ov_file = env_dir / "overrides.txt"
         if overrides:
             ov_file.write_text("\n".join(overrides) + "\n")
@@ -891,7 +893,9 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os
     args = (["."] if has_setup else []) + (["-r", "requirements.txt"] if has_reqs else [])
     toolkit_cmd = f"{runtime.python} -m pip install " + " ".join(args)
     uv = uv_binary()
-    cmd = [uv, "pip", "install", "--python", runtime.python, "--target", str(layer), *uv_source_args(), *args]
+    # (copies: the host's cache and its layer are on different file systems, where uv warns on every install)
+    cmd = [uv, "pip", "install", "--python", runtime.python, "--target", str(layer), "--link-mode", "copy",
+           *uv_source_args(), *args]
     prefer = _preferences(runtime, code_dir, Path(layer).parent / "runtime-constraints.txt")
     log(f"installing {' and '.join(a for a in ('the setup.py package' if has_setup else '', 'requirements.txt' if has_reqs else '') if a)} "
         f"into the job's layer (as the training toolkit's: {toolkit_cmd})")
