@@ -410,3 +410,17 @@ def test_mpi_check_asks_a_declared_interpreter_itself():
     assert runtimes.mpi_missing(with_mpi) is None  # the worker's env has the [local] extra's wheels
     bare = runtimes.image_spec(OWN_IMAGE, environment={"SMDIST_LOCAL_PYTHON": "/usr/bin/python3"})
     assert runtimes.mpi_missing(bare) is not None
+
+
+def test_console_scripts_the_requirements_install_are_on_path(backend, tmp_path):
+    """requirements.txt installs tabulate, whose ``tabulate`` command the script runs by name: in the image's
+    container pip puts it on PATH; here it is in the job's layer, whose bin directory is on the hosts' PATH."""
+    name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "cli"), entry="train.py", image=OWN_IMAGE,
+                  environment={"SMDIST_LOCAL_REQUIREMENTS": "six"})
+    d = wait(backend, name)
+    lines = log_lines(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), lines[-20:])
+    where = next(m for m in lines if m.startswith("tabulate on PATH: "))
+    layer = str(backend.job_dir("training", name) / "layer" / "bin" / "tabulate")
+    assert where == f"tabulate on PATH: {layer}", where
+    assert any(m.startswith("table: ") and "a" in m and "1" in m for m in lines), lines[-10:]

@@ -131,6 +131,7 @@ class Runtime:
     env: dict = field(default_factory=dict)  # added to every host's environment (PYTHONPATH of the job layer)
     platform_dir: str | None = None  # the job's private copy of the project files that run "as the image"
     job_bin: str | None = None  # the job's own commands (its ``pip``), first on PATH
+    layer_bin: str | None = None  # console scripts its installs put in the job's layer (``ray``, ...), next
 
     @property
     def is_worker(self) -> bool:
@@ -144,17 +145,20 @@ class Runtime:
 
     def with_layer(self, layer: str | None) -> Runtime:
         """This runtime with a job's layer first on PYTHONPATH."""
-        if not layer or self.env.get("PYTHONPATH", "").split(os.pathsep)[0] == layer:
+        if not layer:
             return self
-        return replace(self, env={**self.env, "PYTHONPATH": layer})
+        if self.env.get("PYTHONPATH", "").split(os.pathsep)[0] == layer:
+            return replace(self, layer_bin=os.path.join(layer, "bin"))
+        return replace(self, env={**self.env, "PYTHONPATH": layer}, layer_bin=os.path.join(layer, "bin"))
 
     def apply(self, env: dict[str, str]) -> dict[str, str]:
         """A host's environment with this runtime: its bin directory first on PATH and, for a job runtime, no
         PYTHONPATH but the job's layer (the worker's PYTHONPATH never reaches a job's code)."""
         env = dict(env)
         env["PATH"] = self.bin_dir + os.pathsep + env.get("PATH", os.defpath)
-        if self.job_bin:
-            env["PATH"] = self.job_bin + os.pathsep + env["PATH"]
+        for first in (self.layer_bin, self.job_bin):  # as pip in a container puts scripts on its PATH
+            if first:
+                env["PATH"] = first + os.pathsep + env["PATH"]
         if not self.is_worker:
             env.pop("PYTHONPATH", None)
             env.pop("VIRTUAL_ENV", None)
@@ -186,7 +190,7 @@ class Runtime:
 
     def to_json(self) -> dict:
         return {"name": self.name, "python": self.python, "bin_dir": self.bin_dir, "root": self.root,
-                "job_bin": self.job_bin,
+                "job_bin": self.job_bin, "layer_bin": self.layer_bin,
                 "packages": dict(self.packages), "notes": list(self.notes), "env": dict(self.env)}
 
 
@@ -253,7 +257,7 @@ def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
     (module / "__init__.py").write_text('"""pip of a local job: installs into the job\'s layer."""\n')
     (module / "__main__.py").write_text(f"import os, sys\nos.execv({str(shim)!r}, [{str(shim)!r}, *sys.argv[1:]])\n")
     rt = replace(rt, env={**rt.env, "PYTHONPATH": f"{layer}{os.pathsep}{module.parent}"})
-    return replace(rt, job_bin=str(job_bin))
+    return replace(rt, job_bin=str(job_bin), layer_bin=str(layer / "bin"))
 
 
 # -- images -------------------------------------------------------------------------------------------------
