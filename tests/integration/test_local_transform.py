@@ -839,3 +839,53 @@ def test_inference_code_from_a_source_dir_is_part_of_the_model_that_made_an_outp
     path = sorted((tmp_path / "in").glob("part-*.csv"))[0]
     got = np.loadtxt(tmp_path / "out" / (str(path.relative_to(tmp_path / "in")) + ".out"))
     assert np.allclose(got, 2 * expected(path))
+
+
+REQUIREMENTS_CODE = textwrap.dedent("""
+    import humanize  # only the model's code/requirements.txt brings it
+
+    def model_fn(model_dir):
+        print("humanize " + humanize.__version__ + " from " + humanize.__file__, flush=True)
+        return None
+
+    def transform_fn(model, body, content_type, accept):
+        return body, accept
+""")
+
+
+def test_the_models_code_requirements_are_installed_before_it_serves(backend, tmp_path):
+    """The serving container installs code/requirements.txt before its model server starts (sagemaker-inference's
+    model_server): the model's inference.py imports what only its requirements bring; a requirement that does not
+    exist fails the job with pip's reason, as the container fails to start."""
+    def model(code_requirements: str) -> str:
+        name = unique("model")
+        path = tmp_path / f"{name}.tar.gz"
+        with tarfile.open(path, "w:gz") as tar:
+            for member, data in (("weights.json", b"{}"), ("code/inference.py", REQUIREMENTS_CODE.encode()),
+                                 ("code/requirements.txt", code_requirements.encode())):
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        local_transform.create_model(backend, build_model(model_name=name, model_data=f"file://{path}", role=ROLE,
+                                                          image_uri=GENERIC_IMAGE).request)
+        return name
+
+    input_uri = write_inputs(tmp_path / "in", [3], nested=False)
+    job = unique("reqs")
+    backend.submit("transform", build_transform(job_name=job, model_name=model("humanize\n"), input_uri=input_uri,
+                                                output_uri=f"file://{tmp_path}/out", instance_count=1,
+                                                content_type="text/csv", accept="text/csv"))
+    d = wait(backend, job)
+    lines = host_lines(backend, job)
+    assert d["TransformJobStatus"] == "Completed", (d.get("FailureReason"), [e.message for e in lines["platform"]])
+    loaded = [e.message for e in lines["algo-1"] if e.message.startswith("humanize ")]
+    assert len(loaded) == 1 and f"{backend.job_dir('transform', job)}/layer/humanize/" in loaded[0], loaded
+    assert outputs(tmp_path / "out") == {"part-00.csv.out": (tmp_path / "in" / "part-00.csv").read_bytes()}
+
+    bad = unique("reqs")
+    backend.submit("transform", build_transform(job_name=bad, model_name=model("no-such-package-smdist==1.0\n"),
+                                                input_uri=input_uri, output_uri=f"file://{tmp_path}/bad",
+                                                instance_count=1, content_type="text/csv", accept="text/csv"))
+    d = wait(backend, bad)
+    assert d["TransformJobStatus"] == "Failed"
+    assert "requirements did not install" in d["FailureReason"] and "no-such-package-smdist" in d["FailureReason"]

@@ -271,6 +271,23 @@ class TransformSupervisor(JobSupervisor):
                 inference.extract_model(str(sourcedir), str(hd / "code"))
         return "code" if sourcedir is not None else None
 
+    def install_requirements(self, host: contract.Host, code_rel: str | None, container: dict) -> runtimes.Runtime:
+        """What the serving container does before its model server starts: the inference code directory's
+        ``requirements.txt`` installed (sagemaker-inference's ``model_server._install_requirements``, the
+        scikit-learn and XGBoost containers' module install), here into the job's layer, inside the first
+        instance with its environment and network; every instance then imports from the layer."""
+        rel = code_rel or "model/code"
+        code = self.host_dir(host) / rel
+        if not code.is_dir():
+            return self.runtime
+        inside = f"/opt/ml/{rel}" if self.isolation == "namespace" else str(code)
+        env = {**self.runtime.apply(self.worker_env(container, host, str(self.host_dir(host)), 1)),
+               **runtimes.job_tls_env()}
+        rt = runtimes.install_layer(self.runtime, code, self.dir / "layer", log=self.say, cwd=inside,
+                                    run=lambda cmd, cwd: self.run_in_host(host, cmd, env, cwd, self.say))
+        self.save(runtime=rt.to_json())
+        return rt
+
     def worker_command(self, host: contract.Host, base: str, items: list[dict], code_rel: str | None,
                        defaults: str) -> list[str]:
         """One instance's command: the inference engine, run by path in the image's runtime over the instance's
@@ -362,6 +379,7 @@ class TransformSupervisor(JobSupervisor):
                                             declared=self.state.get("runtimes") or {}, log=self.say,
                                             field_name="PrimaryContainer.Image")
             self.save(runtime=self.runtime.to_json())
+            self.runtime = self.install_requirements(busy[0], code_rel, container)
             if self.stop_requested or (self.dir / "stop").exists():
                 status = "Stopped"
             else:
@@ -380,6 +398,8 @@ class TransformSupervisor(JobSupervisor):
                 self.upload_outputs(busy, work, complete=status == "Completed")
         except (PlatformError, runtimes.RuntimeError_) as e:
             status, reason = "Failed", str(e)
+        except runtimes.LayerError as e:  # the model server never started: the container's install failed
+            status, reason = "Failed", f"ClientError: the inference code's requirements did not install: {e}"
         except Exception as e:  # noqa: BLE001 - any platform error fails the job with its reason
             self.log.write(traceback.format_exc())
             if self.procs:
