@@ -424,3 +424,23 @@ def test_console_scripts_the_requirements_install_are_on_path(backend, tmp_path)
     layer = str(backend.job_dir("training", name) / "layer" / "bin" / "tabulate")
     assert where == f"tabulate on PATH: {layer}", where
     assert any(m.startswith("table: ") and "a" in m and "1" in m for m in lines), lines[-10:]
+
+
+def test_requirements_keep_what_the_image_satisfies_and_replace_only_what_they_need(backend, tmp_path):
+    """pip's semantics in an image (only-if-needed): tabulate>=0.8 is met by the image's 0.8.10, which stays; six>=1.17
+    needs more than the image's 1.16.0, so the layer gets the newest six and the log says it replaces the image's;
+    humanize is new, newest. Nothing the image already satisfies is installed again."""
+    name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "pipsem"), entry="train.py", image=OWN_IMAGE,
+                  environment={"SMDIST_LOCAL_REQUIREMENTS": "tabulate==0.8.10 six==1.16.0"})
+    d = wait(backend, name)
+    lines = log_lines(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), lines[-20:])
+    imported = {m.split()[1]: m for m in lines if m.startswith("imported ")}
+    assert imported["tabulate"] == "imported tabulate 0.8.10 from the image", imported
+    assert imported["six"].startswith("imported six 1.17.") and imported["six"].endswith("from the layer"), imported
+    assert imported["humanize"].endswith("from the layer"), imported
+    six_version = imported["six"].split()[2]
+    assert f"six {six_version} in the job's layer, over the image's 1.16.0: the requirements need it " \
+           "(pip in the image would replace it likewise)" in lines
+    layer = backend.job_dir("training", name) / "layer"
+    assert not list(layer.glob("tabulate*")), list(layer.iterdir())  # what satisfies is not installed again

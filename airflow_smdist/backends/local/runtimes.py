@@ -886,9 +886,10 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os
                   cwd: str | None = None) -> Runtime:
     """The training toolkit's pre-run install for a code directory: ``setup.py`` present -> the package
     (and ``requirements.txt``), else ``requirements.txt`` alone; into ``layer``, which goes first on the
-    hosts' PYTHONPATH. The runtime's own versions are kept where the requirements allow (as pip keeps what an
-    image has). ``run`` runs the install (inside a host, in ``cwd``: the code directory as the host sees it);
-    without it, here. Raises :class:`LayerError` with the toolkit's message when the install fails."""
+    hosts' PYTHONPATH. With pip's semantics in an image (:func:`_pip_like`): what the image has and the
+    requirements accept stays, what they need otherwise goes into the layer, newest first. ``run`` runs the
+    install (inside a host, in ``cwd``: the code directory as the host sees it); without it, here. Raises
+    :class:`LayerError` with the toolkit's message when the install fails."""
     code_dir = Path(code_dir)
     has_setup = (code_dir / "setup.py").exists()
     has_reqs = (code_dir / "requirements.txt").exists()
@@ -896,20 +897,16 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os
         return runtime
     args = (["."] if has_setup else []) + (["-r", "requirements.txt"] if has_reqs else [])
     toolkit_cmd = f"{runtime.python} -m pip install " + " ".join(args)
-    uv = uv_binary()
-    # (copies: the host's cache and its layer are on different file systems, where uv warns on every install)
-    cmd = [uv, "pip", "install", "--python", runtime.python, "--target", str(layer), "--link-mode", "copy",
-           *uv_source_args(), *args]
-    prefer = _preferences(runtime, code_dir, Path(layer).parent / "runtime-constraints.txt")
     log(f"installing {' and '.join(a for a in ('the setup.py package' if has_setup else '', 'requirements.txt' if has_reqs else '') if a)} "
         f"into the job's layer (as the training toolkit's: {toolkit_cmd})")
     started = time.time()
     runner: Runner = run or (lambda c, d: _run(c, log=log, cwd=d))
     where = cwd or str(code_dir)
-    code, out = runner(cmd + (["--constraint", str(prefer)] if prefer else []), where)
-    if code and prefer:  # the requirements need other versions than the runtime's: as pip would, upgrade
-        log("the requirements need versions other than the runtime's; resolving them without its pins")
-        code, out = runner(cmd, where)
+    image = image_versions(runtime)
+    if image:
+        code, out = _pip_like(runner, where, runtime, Path(layer), has_setup, has_reqs, image, log)
+    else:  # the worker's interpreter or a declared one: what it has is not known as pins
+        code, out = runner(_layer_install(runtime, layer) + args, where)
     if code and (tls := tls_failure(out)):
         log(str(tls_error("requirements.txt", "the job's requirements could not be installed", tls, out)))
     if code:
@@ -917,6 +914,68 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os
                                        out, toolkit_cmd.split()))
     log(f"job layer ready in {time.time() - started:.1f}s")
     return runtime.with_layer(str(layer))
+
+
+def image_versions(runtime: Runtime) -> dict[str, str]:
+    """What a built runtime holds (its ``constraints.txt``: the image's packages at the versions installed),
+    by normalized name; empty for the worker's or a declared interpreter."""
+    path = os.path.join(runtime.root or "", "constraints.txt")
+    if not runtime.root or not os.path.exists(path):
+        return {}
+    return {_norm(ln.split("==")[0]): ln.split("==", 1)[1].strip()
+            for ln in Path(path).read_text().splitlines() if "==" in ln}
+
+
+def _layer_install(runtime: Runtime, layer: str | os.PathLike) -> list[str]:
+    # (copies: the host's cache and its layer are on different file systems, where uv warns on every install)
+    return [uv_binary(), "pip", "install", "--python", runtime.python, "--target", str(layer), "--link-mode",
+            "copy", *uv_source_args()]
+
+
+#: the resolution of a job's requirements, in its layer (written by uv inside the host, read through hostfs)
+RESOLUTION = ".smdist-resolution.txt"
+
+
+def _pip_like(runner: Runner, where: str, runtime: Runtime, layer: Path, has_setup: bool, has_reqs: bool,
+              image: dict[str, str], log: Callable[[str], None]) -> tuple[int, str]:
+    """``pip install`` in an image, with uv: resolve the requirements preferring the image's versions (uv's
+    preferences from an existing output file: what satisfies stays, as pip's only-if-needed upgrade strategy
+    keeps it), then install into the layer only what differs from the image, without dependencies (the
+    resolution has them all). A requirement that needs another version than the image's gets it, newest
+    that fits, and the log says so (pip warns likewise); requirements that conflict among themselves, or
+    name nothing on the index, fail with uv's reason."""
+    from airflow_smdist.backends.local import hostfs
+
+    layer.mkdir(parents=True, exist_ok=True)
+    (layer / RESOLUTION).write_text("".join(f"{k}=={v}\n" for k, v in sorted(image.items())))
+    sources = (["setup.py"] if has_setup else []) + (["requirements.txt"] if has_reqs else [])
+    code, out = runner([uv_binary(), "pip", "compile", *sources, "--python", runtime.python, "--output-file",
+                        str(layer / RESOLUTION), "--no-header", "--no-annotate", "--quiet", *uv_source_args()], where)
+    if code:
+        return code, out
+    resolved = _resolved(hostfs.read_text(layer, RESOLUTION) or "")
+    wanted = [line for name, version, line in resolved if image.get(name) != version]
+    for name, version, _line in resolved:
+        if name in image and version and image[name] != version:
+            log(f"{name} {version} in the job's layer, over the image's {image[name]}: the requirements need it "
+                "(pip in the image would replace it likewise)")
+    if not wanted and not has_setup:
+        log("the image already satisfies every requirement")
+        return 0, out
+    return runner(_layer_install(runtime, layer) + ["--no-deps", *wanted, *(["."] if has_setup else [])], where)
+
+
+def _resolved(text: str) -> list[tuple[str, str, str]]:
+    """(normalized name, version or "", requirement line) of each package a ``uv pip compile`` output pins."""
+    out = []
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        name = re.split(r"[<>=!~;\[ @]", line, maxsplit=1)[0]
+        version = line.split("==", 1)[1].split(";")[0].strip() if "==" in line else ""
+        out.append((_norm(name), version, line))
+    return out
 
 
 def install_error(error: str, code: int, output: str, cmd: list[str], limit: int = 1000) -> str:
@@ -927,24 +986,6 @@ def install_error(error: str, code: int, output: str, cmd: list[str], limit: int
     room = max(100, limit - len(head) - len(tail))
     message = "\n".join(lines)
     return head + (message if len(message) <= room else "..." + message[-room + 3:]) + tail
-
-
-def _preferences(runtime: Runtime, code_dir: Path, path: Path) -> Path | None:
-    """Constraints that keep the runtime's versions of what the requirements do not name themselves."""
-    if not runtime.root or not os.path.exists(os.path.join(runtime.root, "constraints.txt")):
-        return None
-    named = set()
-    req = code_dir / "requirements.txt"
-    if req.exists():
-        for line in req.read_text().splitlines():
-            name = re.split(r"[<>=!~;\[ @]", line.strip(), maxsplit=1)[0]
-            if name and not name.startswith(("-", "#")):
-                named.add(_norm(name))
-    lines = [ln for ln in (Path(runtime.root) / "constraints.txt").read_text().splitlines()
-             if ln and _norm(ln.split("==")[0]) not in named]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 class LayerError(RuntimeError):
