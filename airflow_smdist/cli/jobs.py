@@ -10,10 +10,13 @@ overrides it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from datetime import datetime, timezone
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from airflow_smdist.backends.base import JOB_KINDS, TERMINAL_STATES
@@ -38,9 +41,26 @@ def get_backend(args: argparse.Namespace) -> Any:
 
     if getattr(args, "root", None):
         return LocalBackend(args.root)
-    from airflow_smdist.hooks.smdist import SmdistHook
+    with _stdout_to_stderr():
+        from airflow_smdist.hooks.smdist import SmdistHook
 
-    return SmdistHook(getattr(args, "conn_id", None) or SmdistHook.default_conn_name).get_backend("local")
+        return SmdistHook(getattr(args, "conn_id", None) or SmdistHook.default_conn_name).get_backend("local")
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Airflow 2 logs its connection lookup ("Retrieving connection ...") to stdout, through a handler that
+    holds the stream it was configured with; stdout is the command's output (``-o json`` is read by programs),
+    so whatever is written to file descriptor 1 meanwhile goes to stderr."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def find_job(backend: Any, name: str, kind: str | None = None) -> str:

@@ -12,7 +12,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def run(args: list[str], tmp_path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "home"), "SMDIST_LOCAL_ROOT": str(tmp_path / "jobs")}
+    # the smdist connection from the environment, as a deployment may declare it: this AIRFLOW_HOME has no
+    # metadata database (Airflow 2 would look a connection up there and fail on its missing table)
+    conn = json.dumps({"conn_type": "smdist", "extra": {"backend": "local"}})
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "home"), "SMDIST_LOCAL_ROOT": str(tmp_path / "jobs"),
+           "AIRFLOW_CONN_SMDIST_DEFAULT": conn}
     env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
 
