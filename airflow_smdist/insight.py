@@ -43,6 +43,8 @@ CHANNEL_SHARE_OF_READS = 0.5
 IDLE_FRACTION_REPORTED = 0.3
 #: jobs shorter than this are not told their hosts were idle (their own start-up is most of them)
 IDLE_MIN_SECONDS = 60.0
+#: multi-host runs at least this long without a CheckpointConfig are told what a lost host would have cost
+NO_CHECKPOINT_MIN_SECONDS = 600.0
 #: a lower-is-better metric that ends above this multiple of its best value, and above its first, diverged
 DIVERGENCE_FACTOR = 2.0
 #: points per series kept in the summary (enough for the study's time-to-target and a plot)
@@ -291,12 +293,25 @@ def _metric_findings(metrics: dict[str, dict], lr_scaled: bool) -> list[str]:
     return out
 
 
+def _checkpoint_findings(hosts: dict[str, dict], duration: float, checkpointed: bool | None) -> list[str]:
+    """A run long enough that losing it costs something, on several hosts (any one lost ends the job), without
+    a CheckpointConfig: said after the run, when its length is known (a short test is not told)."""
+    if checkpointed is not False or len(hosts) < 2 or duration < NO_CHECKPOINT_MIN_SECONDS:
+        return []
+    return [f"[no-checkpoint] this run took {duration / 60:.0f} min on {len(hosts)} hosts without "
+            "checkpoint_s3_uri: a lost host would have lost all of it. Set checkpoint_s3_uri and checkpoint "
+            "from one rank (rank 0) to /opt/ml/checkpoints, so a retried job resumes instead of starting over."]
+
+
 def findings_of(metrics: dict[str, dict], hosts: dict[str, dict], *, lr_scaled: bool = False,
-                duration: float = float("inf"), channels: bool | None = None) -> list[str]:
+                duration: float = float("inf"), channels: bool | None = None,
+                checkpointed: bool | None = None) -> list[str]:
     """``channels``: whether the job has input channels (None: unknown). A job without any (MPI, Ray, a
-    script that makes its own data) has no shards: its hosts' reads differ for other reasons."""
+    script that makes its own data) has no shards: its hosts' reads differ for other reasons.
+    ``checkpointed``: whether the job had a CheckpointConfig (None: unknown)."""
     io = _io_findings(hosts) if channels is not False else []
-    return _metric_findings(metrics, lr_scaled) + io + _idle_findings(hosts, " ".join(io), duration)
+    return (_metric_findings(metrics, lr_scaled) + io + _idle_findings(hosts, " ".join(io), duration)
+            + _checkpoint_findings(hosts, duration, checkpointed))
 
 
 def reading(summary: dict[str, Any]) -> str:
@@ -314,7 +329,8 @@ def reading(summary: dict[str, Any]) -> str:
 
 
 def summarize(job_name: str, points: list[dict], samples: list[dict], *, start: float | None = None,
-              end: float | None = None, lr_scaled: bool = False, channels: bool | None = None) -> dict[str, Any]:
+              end: float | None = None, lr_scaled: bool = False, channels: bool | None = None,
+              checkpointed: bool | None = None) -> dict[str, Any]:
     times = [p["t"] for p in points] + [s["t"] for s in samples]
     t0 = start if start is not None else (min(times) if times else 0.0)
     t1 = end if end is not None else (max(times) if times else t0)
@@ -323,7 +339,7 @@ def summarize(job_name: str, points: list[dict], samples: list[dict], *, start: 
     hosts = summarize_hosts(samples, t0, duration)
     summary = {"job_name": job_name, "start": t0, "duration_seconds": round(duration, 3), "metrics": metrics,
                "hosts": hosts, "findings": findings_of(metrics, hosts, lr_scaled=lr_scaled, duration=duration,
-                                                       channels=channels)}
+                                                       channels=channels, checkpointed=checkpointed)}
     summary["reading"] = reading(summary)
     return summary
 
@@ -512,7 +528,8 @@ def job_insight(backend: Any, description: dict[str, Any], *, lr_scaled: bool = 
     points, samples = collect(backend, description)
     summary = summarize(name, points, samples, start=_epoch(description.get("TrainingStartTime")),
                         end=_epoch(description.get("TrainingEndTime")), lr_scaled=lr_scaled,
-                        channels=bool(description.get("InputDataConfig")))
+                        channels=bool(description.get("InputDataConfig")),
+                        checkpointed=bool(description.get("CheckpointConfig")))
     base = f"{description['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{name}/output"
     storage = storage or Storage.for_backend(backend)
     summary_uri, plot_uri = f"{base}/insight.json", f"{base}/insight.png"

@@ -64,6 +64,7 @@ def check_training(
     checkpoint_s3_uri: str | None,
     algorithm: str | None = None,
     instance_groups: list[dict[str, Any]] | None = None,
+    spot: bool = False,
 ) -> list[Advice]:
     """Best-practice checks for a training job. Raises SpecError for hard errors (including every
     :func:`airflow_smdist.specs.distribution.distribution_hyperparameters` error, such as SMDDP on an
@@ -73,8 +74,10 @@ def check_training(
       size. GPUs inside one instance exchange gradients over NVLink/PCIe, far faster than the network between
       instances, and fewer hosts means fewer that can fail. Skipped for built-in algorithms that use one GPU
       per instance (:mod:`airflow_smdist.specs.builtin_algorithms`).
-    * ``no-checkpoint`` (warning): a multi-host job without ``checkpoint_s3_uri``. Any host lost ends the
-      whole job; without checkpoints in S3 the next attempt starts from scratch.
+    * ``no-checkpoint`` (warning): a managed spot job (``spot``) on several hosts without
+      ``checkpoint_s3_uri``: spot capacity is taken back as a matter of course, and each interruption then
+      restarts the job from scratch. (Any job's run that turns out long without checkpoints is told so after
+      it ends, by its insight: a short test is not warned before it starts.)
     * ``torch-distributed-cpu`` (warning): torch_distributed on a CPU instance type. It runs (gloo; the local
       backend does exactly this), but the SageMaker SDK only supports it on GPU and Trainium and refuses it.
     * ``strategy-not-enabled`` (info): a strategy key present without ``"enabled": True`` does nothing.
@@ -109,12 +112,12 @@ def check_training(
             f"the network between instances, and fewer hosts means fewer that can fail "
             f"(for {count} GPUs: {math.ceil(count / n_alt)} x {alternative}).",
         ))
-    if count > 1 and not checkpoint_s3_uri:
+    if spot and count > 1 and not checkpoint_s3_uri:
         advice.append(Advice(
             "warning", "no-checkpoint",
-            f"this job runs on {count} hosts without checkpoint_s3_uri: a lost host loses the whole job's "
-            "progress; set checkpoint_s3_uri and checkpoint from one rank (rank 0) to "
-            "/opt/ml/checkpoints, so a retried job resumes instead of starting over.",
+            f"this managed spot job runs on {count} hosts without checkpoint_s3_uri: each interruption (a lost "
+            "host) loses the whole job's progress; set checkpoint_s3_uri and checkpoint from one rank (rank 0) "
+            "to /opt/ml/checkpoints, so a resumed job continues instead of starting over.",
         ))
     td_enabled = isinstance(distribution, dict) and isinstance(distribution.get("torch_distributed"), dict) \
         and distribution["torch_distributed"].get("enabled") is True

@@ -612,7 +612,7 @@ class TrainingSpec:
         advice = list(best_practices.check_training(
             instance_type=cluster.primary_type, instance_count=cluster.total_count, distribution=distribution,
             checkpoint_s3_uri=self.checkpoint.checkpoint_s3_uri, algorithm=self.image.algorithm,
-            instance_groups=cluster.groups))
+            instance_groups=cluster.groups, spot=bool(self.stopping.use_spot_instances)))
         advice += [best_practices.Advice("warning", "algorithm", m) for m in algorithm_advice]
         world = best_practices.world_size(cluster.primary_type, cluster.total_count, distribution)
         scaling = self.scale_learning_rate(hyperparameters, world)

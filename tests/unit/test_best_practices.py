@@ -59,11 +59,14 @@ def test_scale_up_first_skipped_for_single_gpu_algorithms():
     assert "scale-up-first" in codes(advice)
 
 
-def test_multi_host_without_checkpoint_warns():
+def test_multi_host_spot_job_without_checkpoint_warns_and_an_on_demand_one_is_not_warned_before_it_runs():
     advice = check_training(instance_type="ml.p4d.24xlarge", instance_count=2, distribution=TD,
-                            checkpoint_s3_uri=None)
+                            checkpoint_s3_uri=None, spot=True)
     assert codes(advice) == ["no-checkpoint"]
-    assert "a lost host loses the whole job's progress" in advice[0].message
+    assert "each interruption (a lost host) loses the whole job's progress" in advice[0].message
+    # a one-second test on two hosts is no reason for a warning: a long run without checkpoints is told after
+    assert check_training(instance_type="ml.p4d.24xlarge", instance_count=2, distribution=TD,
+                          checkpoint_s3_uri=None) == []
     assert "checkpoint_s3_uri" in advice[0].message and "one rank" in advice[0].message
 
 

@@ -107,3 +107,17 @@ def test_each_metric_panel_spans_its_own_points_and_the_utilization_panels_the_j
     low, high = loss.get_xlim()
     assert 585 < low <= 590 and 599 <= high < 605, (low, high)
     assert all(ax.get_xlim() == (0, 600) for ax in utilization), [ax.get_xlim() for ax in utilization]
+
+
+def test_a_long_multi_host_run_without_checkpoints_is_told_after_it_ran_and_a_short_one_is_not():
+    def run(seconds, hosts, checkpointed):
+        rows = [s for h in hosts for s in samples(h, [0, 100, 200], [90] * 3, step=seconds / 2)]
+        return summarize("j", [], rows, checkpointed=checkpointed)["findings"]
+
+    long_run = run(1200, ["algo-1", "algo-2"], False)
+    assert long_run == ["[no-checkpoint] this run took 20 min on 2 hosts without checkpoint_s3_uri: a lost host "
+                        "would have lost all of it. Set checkpoint_s3_uri and checkpoint from one rank (rank 0) to "
+                        "/opt/ml/checkpoints, so a retried job resumes instead of starting over."]
+    assert run(2, ["algo-1", "algo-2"], False) == []  # a two-second test
+    assert run(1200, ["algo-1", "algo-2"], True) == []  # it had checkpoints
+    assert run(1200, ["algo-1"], False) == []  # one host: a retry restarts it as much as a lost host would
