@@ -27,6 +27,7 @@ import time
 from typing import Annotated, Any
 from urllib.parse import quote
 
+from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
@@ -35,18 +36,15 @@ from airflow_smdist.plugins import console_page as page
 
 #: a SageMaker job name (every kind's): no path separators, no dots
 JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+#: the signed-in Airflow user (Airflow's own dependency: the UI's session cookie or a bearer token). Module-level,
+#: so that FastAPI resolves the annotations (this module's are strings: ``from __future__ import annotations``)
+User = Annotated[Any, Depends(get_user)]
 #: the header the page's Stop button sends: a form on another site cannot send it (CSRF)
 STOP_HEADER = "X-Smdist-Console"
 #: the backend (its connection's job root) is looked up again after this many seconds
 BACKEND_TTL_SECONDS = 60.0
 #: log lines one answer of the logs endpoint carries at most (the cursor continues after them)
 MAX_EVENTS_PER_ANSWER = 5000
-
-
-def get_user_dependency() -> Any:
-    from airflow.api_fastapi.core_api.security import get_user
-
-    return get_user
 
 
 class _Backend:
@@ -144,7 +142,6 @@ def decode_cursor(text: str | None) -> Any:
 # -- the app -------------------------------------------------------------------------------------------------
 def create_app() -> FastAPI:
     app = FastAPI(title="SageMaker jobs (local)", docs_url=None, redoc_url=None, openapi_url=None)
-    User = Annotated[Any, Depends(get_user_dependency())]  # Airflow's: the session cookie or a bearer token
 
     @app.exception_handler(HTTPException)
     async def login_first(request: Request, exc: HTTPException) -> Response:
