@@ -312,6 +312,9 @@ function hostPre(host) {
 }
 function setStatus(j) {
   const el = document.querySelector('#status .status'); el.textContent = j.status; el.className = 'status ' + j.status;
+  let sub = document.querySelector('#status .muted');
+  if (!sub) { sub = document.createElement('span'); sub.className = 'muted'; el.after(' ', sub); }
+  sub.textContent = j.secondary_status && j.secondary_status !== j.status ? '(' + j.secondary_status + ')' : '';
 }
 async function poll() {
   try {
@@ -330,8 +333,13 @@ async function poll() {
   setTimeout(poll, S.poll_ms);
 }
 const stop = document.getElementById('stop');
+// two clicks, not confirm(): the UI shows the page in a sandboxed iframe, where dialogs are blocked
 if (stop) stop.addEventListener('click', async () => {
-  if (!confirm('Stop ' + S.name + '?')) return;
+  if (stop.dataset.armed !== '1') {
+    stop.dataset.armed = '1'; stop.textContent = 'Click again to stop ' + S.name;
+    setTimeout(() => { if (!stop.disabled) { stop.dataset.armed = ''; stop.textContent = 'Stop'; } }, 5000);
+    return;
+  }
   stop.disabled = true;
   const r = await fetch(S.stop, {method: 'POST', credentials: 'same-origin', headers: {'X-Smdist-Console': 'stop'}});
   const j = await r.json().catch(() => ({}));
