@@ -188,7 +188,8 @@ def test_a_running_local_job_is_followed_and_stopped_from_its_page(browser):
     shot(browser, "job-page-running.png")
 
     wait(browser, EC.element_to_be_clickable((By.ID, "stop"))).click()
-    wait(browser, EC.alert_is_present()).accept()
+    wait(browser, lambda d: "Click again" in d.find_element(By.ID, "stop").text)  # a second click confirms
+    browser.find_element(By.ID, "stop").click()
     wait(browser, lambda d: "Stopped" in status_text(d), timeout=120)
     assert local_jobs()[job]["status"] == "Stopped"
     shot(browser, "job-page-stopped.png")
