@@ -115,5 +115,6 @@ def get_provider_info() -> dict:
         # Airflow >= 3.2 adds these to its CLI (`airflow smdist ...`); older lines ignore the key (the
         # `smdist` console script serves the same commands there)
         "cli": ["airflow_smdist.cli.definition.get_smdist_cli_commands"],
-        "extra-links": [link for k in KINDS.values() for link in k.links],  # the job-kind registry's
+        # the job-kind registry's (the local job page's link is every kind's: listed once)
+        "extra-links": list(dict.fromkeys(link for k in KINDS.values() for link in k.links)),
     }

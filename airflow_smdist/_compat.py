@@ -17,6 +17,7 @@ else:  # Airflow 2.10 / 2.11
     from airflow.models.baseoperatorlink import BaseOperatorLink  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
+    from airflow.plugins_manager import AirflowPlugin
     from airflow.sdk import BaseHook, BaseSensorOperator, PokeReturnValue
 
 
@@ -38,7 +39,14 @@ def _hook_names() -> dict[str, Any]:
 
 #: Names imported on first use (PEP 562), not when a DAG file imports an operator: sensors and hooks are not
 #: needed to parse a DAG, and importing their Airflow modules is a measurable part of a DAG file's parse time.
-_LAZY = {"BaseSensorOperator": _sensor_names, "PokeReturnValue": _sensor_names, "BaseHook": _hook_names}
+def _plugin_names() -> dict[str, Any]:
+    from airflow.plugins_manager import AirflowPlugin  # core's on every line (Airflow 3 validates by name)
+
+    return {"AirflowPlugin": AirflowPlugin}
+
+
+_LAZY = {"BaseSensorOperator": _sensor_names, "PokeReturnValue": _sensor_names, "BaseHook": _hook_names,
+         "AirflowPlugin": _plugin_names}
 
 
 def __getattr__(name: str) -> Any:
@@ -52,11 +60,13 @@ __all__ = [
     "AIRFLOW_VERSION",
     "AIRFLOW_V_3_0_PLUS",
     "AirflowException",
+    "AirflowPlugin",
     "BaseHook",
     "BaseOperator",
     "BaseOperatorLink",
     "BaseSensorOperator",
     "ConnectionLookupError",
+    "console_supported",
     "FINISHED_TI_STATES",
     "Param",
     "PokeReturnValue",
@@ -197,6 +207,14 @@ def provider_cli_supported() -> bool:
     from airflow.providers_manager import ProvidersManager
 
     return hasattr(ProvidersManager, "cli_command_functions")
+
+
+# -- the job page of local jobs (airflow_smdist.plugins) -------------------------------------------------------
+#: Airflow 3 serves a plugin's FastAPI apps in its api-server (``fastapi_apps``, 3.0+) and shows its external
+#: views in the UI's navigation (``external_views``, 3.1+); Airflow 2's Flask webserver takes neither, so there
+#: the plugin registers nothing and local jobs keep no link (the ``smdist jobs`` commands remain).
+def console_supported() -> bool:
+    return AIRFLOW_V_3_0_PLUS
 
 
 #: a task instance in one of these states no longer uses its jobs (Airflow's ``State.finished``)

@@ -165,6 +165,9 @@ class JobKindInfo:
 
 
 #: Every job kind, by name. The order is the order messages list them in.
+#: every kind's link to the job page of a local job (the provider's plugin serves it on Airflow 3)
+LOCAL_JOB_PAGE_LINK = "airflow_smdist.operators.links.LocalJobPageLink"
+
 KINDS: dict[str, JobKindInfo] = {
     info.name: info
     for info in (
@@ -178,7 +181,7 @@ KINDS: dict[str, JobKindInfo] = {
             result_function="airflow_smdist.operators.training:training_result",
             lineage_function="airflow_smdist.lineage:training_lineage",
             links=("airflow_smdist.operators.links.SageMakerTrainingJobLink",
-                   "airflow_smdist.operators.links.SageMakerTrainingLogsLink"),
+                   "airflow_smdist.operators.links.SageMakerTrainingLogsLink", LOCAL_JOB_PAGE_LINK),
             sensor="airflow_smdist.sensors.training",
             # DescribeTrainingJob's SecondaryStatus before "Training": instances, data and image being made
             # ready, or a training plan's capacity awaited; the algorithm container starts at "Training"
@@ -196,7 +199,7 @@ KINDS: dict[str, JobKindInfo] = {
             result_function="airflow_smdist.operators.processing:processing_result",
             lineage_function="airflow_smdist.lineage:processing_lineage",
             links=("airflow_smdist.operators.processing.SageMakerProcessingJobLink",
-                   "airflow_smdist.operators.processing.SageMakerProcessingLogsLink"),
+                   "airflow_smdist.operators.processing.SageMakerProcessingLogsLink", LOCAL_JOB_PAGE_LINK),
             sensor="airflow_smdist.sensors.processing",
         ),
         JobKindInfo(
@@ -208,7 +211,7 @@ KINDS: dict[str, JobKindInfo] = {
             operator="airflow_smdist.operators.transform",
             result_function="airflow_smdist.operators.transform:transform_result",
             lineage_function="airflow_smdist.lineage:transform_lineage",
-            links=("airflow_smdist.operators.transform.SageMakerBatchInferenceJobLink",),
+            links=("airflow_smdist.operators.transform.SageMakerBatchInferenceJobLink", LOCAL_JOB_PAGE_LINK),
             sensor="airflow_smdist.sensors.transform",
         ),
         JobKindInfo(
@@ -220,7 +223,7 @@ KINDS: dict[str, JobKindInfo] = {
             operator="airflow_smdist.operators.tuning",
             result_function="airflow_smdist.operators.tuning:tuning_result",
             lineage_function="airflow_smdist.lineage:tuning_lineage",
-            links=("airflow_smdist.operators.tuning.SageMakerTuningJobLink",),
+            links=("airflow_smdist.operators.tuning.SageMakerTuningJobLink", LOCAL_JOB_PAGE_LINK),
             sensor="airflow_smdist.sensors.tuning",
         ),
     )

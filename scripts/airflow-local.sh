@@ -100,7 +100,9 @@ write_env() {
 # Written by scripts/airflow-local.sh: the settings every component of this deployment shares.
 export AIRFLOW_HOME="$DIR/home"
 export PATH="$VENV/bin:\$PATH"
-export PYTHONPATH="$REPO\${PYTHONPATH:+:\$PYTHONPATH}"
+# this checkout's code, and its package metadata first (checkout_metadata): its entry points (the provider
+# info, the job page's plugin) whatever install of the provider \$VENV holds
+export PYTHONPATH="$DIR/meta:$REPO\${PYTHONPATH:+:\$PYTHONPATH}"
 export AIRFLOW__CORE__DAGS_FOLDER="\${AIRFLOW__CORE__DAGS_FOLDER:-${AIRFLOW_LOCAL_DAGS:-$REPO/dags}}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 # 1. the metadata DB: PostgreSQL through psycopg2; Airflow 3 derives its async URL (asyncpg) from it
@@ -180,8 +182,18 @@ check_venv() {
   fi
 }
 
+# The package metadata of this checkout (an egg-info made from pyproject.toml; env.sh puts it first on PYTHONPATH):
+# Airflow finds providers and plugins by their entry points, and \$VENV's install of the provider may be another
+# checkout's, or older than an entry point (an editable install's metadata is made when it is installed).
+checkout_metadata() {
+  rm -rf "$DIR/meta" && mkdir -p "$DIR/meta"
+  ( cd "$REPO" && "$VENV/bin/python" -c "from setuptools import setup; setup()" -q egg_info --egg-base "$DIR/meta" ) \
+    >"$DIR/logs/egg-info.log" 2>&1 || die "could not read this checkout's package metadata: see $DIR/logs/egg-info.log"
+}
+
 start() {
   check_venv
+  checkout_metadata
   write_env
   pg_start
   # shellcheck disable=SC1091

@@ -1,11 +1,12 @@
 """Console links of the jobs the operators run (the XCom work of the Amazon provider's ``BaseAwsLink``).
 
-A link must work where users meet it, in the Airflow UI, or not appear. Links point at the SageMaker and
-CloudWatch consoles, so only jobs run by the ``sagemaker`` backend get one. Jobs run by the ``local``
-backend get none: the job exists only as a directory on the machine that ran it, which nothing serves over
-HTTP, and the Airflow 3 UI drops ``file://`` hrefs (it renders http(s), mailto and same-origin links only).
-The operator logs that directory in the task log instead. Every job still stores its link XCom (with the
-backend's name), so the UI's link lookup finds a value rather than logging a missing XCom.
+A link must work where users meet it, in the Airflow UI, or not appear. The SageMaker and CloudWatch console
+links are shown for jobs run by the ``sagemaker`` backend only. A job run by the ``local`` backend gets one
+link instead, :class:`LocalJobPageLink`: its job page, which the provider's plugin serves in Airflow 3's
+api-server (:mod:`airflow_smdist.plugins.console`), as a same-origin URL (the Airflow 3 UI renders http(s),
+mailto and same-origin links only; it drops ``file://``). On Airflow 2 there is no page, so no link either;
+the operator logs the job's directory in the task log on every line. Every job stores each link's XCom (with
+the backend's name), so the UI's link lookup finds a value rather than logging a missing XCom.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-from airflow_smdist._compat import BaseOperatorLink
+from airflow_smdist._compat import BaseOperatorLink, console_supported
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def persist_console_links(operator: Any, context: Any, job_name: str, **fields: 
         if isinstance(link, SmdistConsoleLink):
             type(link).persist(context=context, operator=operator, region_name=region,
                                aws_partition=aws_partition(region), job_name=job_name, backend=backend.name,
-                               **fields)
+                               kind=operator.kind, **fields)
     if backend.name == "local" and hasattr(backend, "job_dir"):
         operator.log.info("Local %s job %s lives in %s (its state, logs and per-host /opt/ml trees).",
                           operator.kind, job_name, backend.job_dir(operator.kind, job_name))
@@ -99,3 +100,47 @@ class SageMakerTrainingLogsLink(SmdistConsoleLink):
     key = "smdist_training_logs"
     format_str = (BASE_AWS_CONSOLE_LINK + "/cloudwatch/home?region={region_name}#logsV2:log-groups/log-group/"
                   "$252Faws$252Fsagemaker$252FTrainingJobs$3FlogStreamNameFilter$3D{job_name}")
+
+
+def api_base_path() -> str:
+    """The path of the api-server's base URL (``[api] base_url``; "" at the root), which the job page's
+    same-origin URL starts with."""
+    from urllib.parse import urlparse
+
+    from airflow.configuration import conf
+
+    return urlparse(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
+
+
+class LocalJobPageLink(SmdistConsoleLink):
+    """The job page of a local job (Airflow >= 3.0: the provider's plugin serves it); no link for a sagemaker
+    job (its console links are the others) nor on Airflow 2 (no page there)."""
+
+    name = "Job page (local)"
+    key = "smdist_local_job_page"
+    format_str = "{base}/smdist/jobs/{kind}/{job_name}"
+
+    def format_link(self, **kwargs: Any) -> str:
+        if kwargs.get("backend") != "local" or not kwargs.get("kind") or not console_supported():
+            return ""
+        from airflow_smdist.plugins.console import job_page_path
+
+        try:
+            return api_base_path() + job_page_path(kwargs["kind"], kwargs["job_name"])
+        except Exception:  # noqa: BLE001 - a link never fails the task
+            log.exception("No job page link for %s", kwargs.get("job_name"))
+            return ""
+
+    @classmethod
+    def persist(cls, context: Any, operator: Any, region_name: str, aws_partition: str, **kwargs: Any) -> None:
+        """Store the link's fields; on Airflow 3 also the URL itself under the key the UI reads, so that the
+        link is there while the job runs (Airflow stores links when the task ends)."""
+        super().persist(context, operator, region_name, aws_partition, **kwargs)
+        url = cls().format_link(**kwargs)
+        xcom_key = getattr(cls(), "xcom_key", None)  # Airflow >= 3.0's BaseOperatorLink
+        if not url or not isinstance(xcom_key, str) or not operator.do_xcom_push:
+            return
+        try:
+            context["ti"].xcom_push(key=xcom_key, value=url)
+        except Exception:  # noqa: BLE001 - a link is never a reason to fail the task
+            log.exception("Could not store the %s link", cls.name)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
-from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, SmdistConsoleLink
+from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, LocalJobPageLink, SmdistConsoleLink
 from airflow_smdist.specs.arguments import PROCESSING, PYSPARK, SCRIPT
 
 #: The builders' arguments (the argument dataclasses of specs/processing.py, as data), which the operators
@@ -60,7 +60,7 @@ class _ProcessingOperator(SmdistJobOperator):
     kind = "processing"
     name_prefix = "smdist"
     ui_color = "#c9daf8"
-    operator_extra_links = (SageMakerProcessingJobLink(), SageMakerProcessingLogsLink())
+    operator_extra_links = (SageMakerProcessingJobLink(), SageMakerProcessingLogsLink(), LocalJobPageLink())
     template_fields_renderers = RENDERERS
     builder_args: tuple[str, ...] = ()
 

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS, mask_hyperparameter
 from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
-from airflow_smdist.operators.links import SageMakerTrainingJobLink, SageMakerTrainingLogsLink
+from airflow_smdist.operators.links import LocalJobPageLink, SageMakerTrainingJobLink, SageMakerTrainingLogsLink
 from airflow_smdist.specs.arguments import TRAINING
 
 #: The builder's arguments (:func:`airflow_smdist.specs.training.training_fields`), in section order.
@@ -47,7 +47,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
     template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *TRAINING_ARGS)
     template_fields_renderers = {"hyperparameters": "json", "distribution": "json", "inputs": "json",
                                  "environment": "json", "lr_scaling": "json", "metric_definitions": "json"}
-    operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink())
+    operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink(), LocalJobPageLink())
 
     @with_arguments(TRAINING, OPERATOR_DEFAULTS)
     def __init__(self, *, secret_hyperparameters: list[str] | None = None, include_runtime: bool = False,

@@ -44,7 +44,12 @@ from airflow_smdist.operators.base import (
     require_role,
     stable_job_name,
 )
-from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, SmdistConsoleLink, persist_console_links
+from airflow_smdist.operators.links import (
+    BASE_AWS_CONSOLE_LINK,
+    LocalJobPageLink,
+    SmdistConsoleLink,
+    persist_console_links,
+)
 
 FAN_OUTS = ("transform", "processing", "jobs")
 MAX_GENERATIONS = 99
@@ -335,7 +340,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         "instance_type", "instance_count", "shards", "shard", "environment", "s3_data_type", "tags",
         *RECORD_ARGS)
     template_fields_renderers = {"environment": "json", "model_environment": "json", "shard": "json"}
-    operator_extra_links = (SageMakerBatchInferenceJobLink(),)
+    operator_extra_links = (SageMakerBatchInferenceJobLink(), LocalJobPageLink())
     name_reserve = NAME_RESERVE
 
     def __init__(self, *, input_uri: str, output_uri: str, fan_out: str = "transform",

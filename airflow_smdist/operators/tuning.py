@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
 from airflow_smdist.operators.base import NAME_LIMIT, isoformat, require_role, stable_job_name
-from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, SmdistConsoleLink
+from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, LocalJobPageLink, SmdistConsoleLink
 from airflow_smdist.operators.training import TRAINING_ARGS, SageMakerDistributedTrainingOperator, _ForwardTo
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
     template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *TRAINING_ARGS, *TUNING_ARGS, "results_path")
     template_fields_renderers = {**SageMakerDistributedTrainingOperator.template_fields_renderers,
                                  "hyperparameter_ranges": "json"}
-    operator_extra_links = (SageMakerTuningJobLink(),)
+    operator_extra_links = (SageMakerTuningJobLink(), LocalJobPageLink())
     name_limit = TUNING_NAME_LIMIT
     ui_color = "#f9cb9c"
 

@@ -1,7 +1,8 @@
 """What the provider puts in the UI, looked at in headless Chromium (Debian's chromium + chromium-driver).
 
 Screenshots go to $E2E_ARTIFACTS (default artifacts/e2e/): trigger-form.png, task-extra-links.png,
-task-local-run.png, connection-form.png. Runs after test_deployment.py (it needs finished runs)."""
+task-local-run.png, job-page.png, job-list.png, job-page-running.png, job-page-stopped.png, connection-form.png.
+Runs after test_deployment.py (it needs finished runs)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 import uuid
 
 import pytest
-from deployment import UI, Api
+from deployment import UI, Api, local_jobs
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -109,16 +110,93 @@ def test_task_page_shows_console_links_for_a_sagemaker_job(browser):
     shot(browser, "task-extra-links.png")
 
 
-def test_task_page_of_a_local_job_has_no_dead_links(browser):
+PAGE_LINK = "Job page (local)"
+
+
+def page_link(browser, dag_id: str, run_id: str) -> str:
+    """The href of the task page's link to its local job's page (the task page shows it under Extra Links)."""
+    browser.get(f"{UI}/dags/{dag_id}/runs/{run_id}/tasks/train/details")
+    anchor = wait(browser, EC.presence_of_element_located((By.XPATH, f"//a[normalize-space()='{PAGE_LINK}']")))
+    return anchor.get_attribute("href")
+
+
+def status_text(driver) -> str:
+    """The job page's status (empty while the page reloads, as it does once a followed job has ended)."""
+    try:
+        return driver.find_element(By.ID, "status").text
+    except Exception:  # noqa: BLE001 - not there, or gone with the reload
+        return ""
+
+
+def host_lines(browser, host: str) -> list[str]:
+    pre = browser.find_element(By.CSS_SELECTOR, f"pre[data-host='{host}']")
+    return [line for line in pre.get_attribute("textContent").splitlines() if line]
+
+
+def test_task_page_of_a_local_job_links_its_job_page_with_every_hosts_log_and_the_plot(browser):
     api = Api()
     run_id = latest_successful_run(api, "smdist_torch_distributed")
-    browser.get(f"{UI}/dags/smdist_torch_distributed/runs/{run_id}/tasks/train/details")
-    wait(browser, text_present("train"))
-    time.sleep(3)  # the links query is the last to render
+    job = api.xcom("smdist_torch_distributed", run_id, "train")["job_name"]
+    href = page_link(browser, "smdist_torch_distributed", run_id)
     hrefs = [a.get_attribute("href") or "" for a in browser.find_elements(By.TAG_NAME, "a")]
     assert not [h for h in hrefs if h.startswith("file:")]
     assert not browser.find_elements(By.XPATH, "//a[normalize-space()='SageMaker training job']")
+    assert href == f"{UI}/smdist/jobs/training/{job}", href
     shot(browser, "task-local-run.png")
+
+    browser.get(href)
+    wait(browser, text_present(f"training job {job}"))
+    lines = {host: host_lines(browser, host) for host in ("algo-1", "algo-2")}  # every host's log
+    assert all(lines.values()), {h: len(v) for h, v in lines.items()}
+    epochs = [line for host_lines_ in lines.values() for line in host_lines_ if "train_loss=" in line]
+    assert len(epochs) == 100, f"every epoch's line (the runs have 100 epochs): {len(epochs)}"
+    assert "Completed" in status_text(browser)
+    assert browser.find_elements(By.ID, "transitions") and "Training" in browser.find_element(By.ID, "transitions").text
+    plot = wait(browser, EC.presence_of_element_located((By.ID, "plot")))
+    wait(browser, lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", plot) > 0)
+    assert "model.tar.gz" in browser.find_element(By.TAG_NAME, "body").text  # the outputs
+    shot(browser, "job-page.png")
+
+    browser.get(f"{UI}/plugin/smdist-jobs")  # the UI's navigation entry: the list, inside the UI
+    frame = wait(browser, EC.presence_of_element_located((By.TAG_NAME, "iframe")))
+    browser.switch_to.frame(frame)
+    try:
+        wait(browser, text_present(job))
+        shot(browser, "job-list.png")
+    finally:
+        browser.switch_to.default_content()
+
+
+def test_a_running_local_job_is_followed_and_stopped_from_its_page(browser):
+    api = Api()
+    dag_id = "e2e_local_job_page"
+    run_id = api.trigger(dag_id)
+    deadline = time.time() + 300
+    while not (api.links(dag_id, run_id, "train") or {}).get(PAGE_LINK):  # stored when the job starts
+        assert time.time() < deadline, f"no job page link: {api.task_instances(dag_id, run_id)}"
+        time.sleep(2)
+    href = page_link(browser, dag_id, run_id)
+    job = href.rsplit("/", 1)[-1]
+    browser.get(href)
+    wait(browser, lambda d: all(d.find_elements(By.CSS_SELECTOR, f"pre[data-host='{h}']") for h in ("algo-1", "algo-2")))
+    before = {h: len(host_lines(browser, h)) for h in ("algo-1", "algo-2")}
+    # the page follows the log while the job runs: new lines of every host arrive without a reload
+    wait(browser, lambda d: all(len(host_lines(d, h)) >= before[h] + 3 for h in before))
+    for host in before:
+        ticks = [int(line.split(" tick ")[1].split()[0]) for line in host_lines(browser, host) if " tick " in line]
+        assert ticks == list(range(len(ticks))), f"{host}: a line twice or one missed"
+    shot(browser, "job-page-running.png")
+
+    wait(browser, EC.element_to_be_clickable((By.ID, "stop"))).click()
+    wait(browser, lambda d: "Click again" in d.find_element(By.ID, "stop").text)  # a second click confirms
+    browser.find_element(By.ID, "stop").click()
+    wait(browser, lambda d: "Stopped" in status_text(d), timeout=120)
+    assert local_jobs()[job]["status"] == "Stopped"
+    shot(browser, "job-page-stopped.png")
+    deadline = time.time() + 120
+    while api.run(dag_id, run_id)["state"] not in ("success", "failed"):  # its task ends with the job
+        assert time.time() < deadline, "the run did not end after its job was stopped"
+        time.sleep(2)
 
 
 #: one value per field of the smdist connection (the edit form lists the fields a connection stores)

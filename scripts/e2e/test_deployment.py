@@ -217,10 +217,18 @@ def test_results_carry_lr_scaling_after_deferral_and_after_a_retry(observed: Obs
                                         "world_size": 2}, label
 
 
-def test_links_are_console_links_for_sagemaker_jobs_and_absent_for_local_jobs(observed: Observed, api: Api):
+#: the local job's link (the provider's plugin serves the page); none for a sagemaker job
+PAGE_LINK = "Job page (local)"
+
+
+def test_links_are_console_links_for_sagemaker_jobs_and_the_job_page_for_local_jobs(observed: Observed, api: Api):
     dag_id, run_id = observed.runs["D"]
     links = api.links(dag_id, run_id, "train")
+    assert links.pop(PAGE_LINK) is None, "a sagemaker job has no local job page"
     assert links and all(u and u.startswith("https://console.aws.amazon.com/") for u in links.values()), links
     dag_id, run_id = observed.runs["A"]
-    assert set(api.links(dag_id, run_id, "train").values()) == {None}  # the UI shows none
+    job = api.xcom(dag_id, run_id, "train")["job_name"]
+    links = api.links(dag_id, run_id, "train")
+    assert links.pop(PAGE_LINK) == f"/smdist/jobs/training/{job}"  # same-origin: the UI renders it
+    assert set(links.values()) == {None}  # no console link for a local job
 

@@ -43,6 +43,26 @@ def test_provider_is_registered_and_every_listed_module_imports():
         assert getattr(importlib.import_module(module), name)
 
 
+def test_the_job_page_plugin_loads_on_this_line_and_serves_only_on_airflow_3():
+    """Airflow's own plugin loading (entry point ``airflow.plugins``, where the installed distribution declares
+    it): on Airflow 3 the plugin brings the job page's app; on Airflow 2 it loads and registers nothing."""
+    from airflow import plugins_manager
+
+    from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
+    from airflow_smdist.plugins.console import SmdistConsolePlugin
+
+    plugin = SmdistConsolePlugin()
+    assert plugins_manager.is_valid_plugin(SmdistConsolePlugin)
+    if AIRFLOW_V_3_0_PLUS:
+        assert [a["url_prefix"] for a in plugin.fastapi_apps] == ["/smdist"] and plugin.external_views
+    else:
+        assert plugin.fastapi_apps == [] and plugin.external_views == []
+    declared = [ep for ep in entry_points(group="airflow.plugins") if ep.value.startswith("airflow_smdist")]
+    if declared:  # an install made from this checkout (an older editable install's metadata lacks it)
+        assert declared[0].load() is SmdistConsolePlugin
+
+
+
 @pytest.mark.parametrize("dag_file", sorted(f for f in os.listdir(DAGS) if f.endswith(".py")))
 def test_provider_and_dag_imports_stay_cheap(dag_file):
     """No torch, pyspark, optuna, sagemaker SDK, scikit-learn, matplotlib (or moto) at DAG-parse time."""
