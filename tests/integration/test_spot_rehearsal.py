@@ -7,6 +7,7 @@ status goes ``Interrupted`` and back, and it ends with the same loss as an unint
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tarfile
@@ -50,10 +51,11 @@ def plan(tmp_path, *, hps=None, spot=True, checkpoint=True, instance_count=2, en
     name = f"spot-{uuid.uuid4().hex[:8]}"
     if spot:
         kw.setdefault("max_wait", 600)
+    kw.setdefault("max_run", 300)
     built = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out", entry_point=entry,
                            source_dir=SPOT, image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
                            instance_type="ml.m5.xlarge", instance_count=instance_count, hyperparameters=hps or {},
-                           inputs={"train": f"file://{data}"}, metric_definitions=METRICS, max_run=300,
+                           inputs={"train": f"file://{data}"}, metric_definitions=METRICS,
                            use_spot_instances=spot,
                            checkpoint_s3_uri=f"file://{tmp_path}/ckpt/{name}" if checkpoint else None, **kw)
     upload_source(built.source_dir, entry, built.source_uri)
@@ -113,3 +115,140 @@ def test_two_interruptions_resume_from_rank0_checkpoints_and_end_with_the_uninte
     assert len(lost) == 2 and all(i["resumed_from"] > 1 for i in lost), lost
     assert all(0 <= i["lost"] <= 3 for i in lost), lost
     assert not any("same checkpoint key" in f for f in summary["findings"]), summary["findings"]
+
+
+@needs_namespaces
+def test_a_script_that_never_restores_restarts_from_zero_and_insight_reports_the_lost_work(backend, tmp_path,
+                                                                                            monkeypatch):
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", "1.5")
+    name, d = run(backend, tmp_path, hps={"restore": "no", "steps": 10})
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    assert statuses(d).count("Interrupted") == 1
+    log = messages(backend, name)
+    assert sum("starting from step 0 (checkpoint present: True)" in m for m in log) == 2, log  # restored, unread
+    from airflow_smdist import insight
+
+    summary, digest = insight.job_insight(backend, d)
+    (lost,) = summary["interruptions"]
+    assert lost["from_start"] and lost["resumed_from"] == 1 and lost["lost"] == lost["last_before"] >= 3, lost
+    assert any("restarted from the beginning: the script restored no checkpoint" in f for f in summary["findings"])
+    assert digest["interruptions"][0]["lost"] == lost["lost"]
+
+
+@needs_namespaces
+def test_two_hosts_writing_one_checkpoint_key_are_flagged(backend, tmp_path):
+    name, d = run(backend, tmp_path, hps={"writers": "all", "steps": 6, "sleep": 0.2})
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    assert any("checkpoint state.json written by algo-" in m and "overwrite each other" in m
+               for m in messages(backend, name))
+    from airflow_smdist import insight
+
+    summary, _ = insight.job_insight(backend, d)
+    assert any("checkpoint state.json written by algo-1, algo-2" in f or "written by algo-2, algo-1" in f
+               for f in summary["findings"]), summary["findings"]
+
+
+@needs_namespaces
+@pytest.mark.parametrize("during", ["training", "capacity wait"])
+def test_max_wait_exceeded_ends_the_job_as_sagemaker_does(backend, tmp_path, monkeypatch, during):
+    """MaxWaitTimeInSeconds counts the waits for capacity as well as the run: the job ends Stopped, secondary
+    status MaxWaitTimeExceeded, while its MaxRuntimeInSeconds is not reached. Ended while its hosts train, it
+    uploads their model as MaxRuntimeInSeconds does; ended while it waits for capacity, it has no hosts."""
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", "1.5,1.5,1.5,1.5")
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_CAPACITY_WAIT", "2" if during == "training" else "30")
+    name, d = run(backend, tmp_path, instance_count=1, max_run=5, max_wait=5, hps={"steps": 100})
+    assert d["TrainingJobStatus"] == "Stopped", d.get("FailureReason")
+    assert d["SecondaryStatus"] == "MaxWaitTimeExceeded"
+    assert statuses(d).count("Interrupted") == 1
+    assert "FailureReason" not in d
+    assert d["TrainingTimeInSeconds"] >= 5 > d["BillableTimeInSeconds"]
+    if during == "training":  # as MaxRuntimeInSeconds: SIGTERM (Stopping), the model uploaded, then the end
+        assert statuses(d)[-3:] == ["Stopping", "Uploading", "MaxWaitTimeExceeded"], statuses(d)
+        assert "ModelArtifacts" in d
+    else:
+        assert statuses(d)[-3:] == ["Interrupted", "Stopping", "MaxWaitTimeExceeded"], statuses(d)
+        assert d["TrainingTimeInSeconds"] < 8  # ended at MaxWait, not after the whole capacity wait
+
+
+def test_a_job_without_managed_spot_is_not_interrupted_and_its_log_says_why(backend, tmp_path, monkeypatch):
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", "0.5")
+    monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", "none")
+    name, d = run(backend, tmp_path, spot=False, instance_count=1, hps={"steps": 4, "sleep": 0.2})
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    assert "Interrupted" not in statuses(d)
+    assert any("ignored: the request has no EnableManagedSpotTraining" in m for m in messages(backend, name))
+
+
+def test_the_connection_setting_wins_and_a_malformed_one_is_refused_before_anything_is_written(tmp_path,
+                                                                                               monkeypatch):
+    from airflow_smdist.specs.errors import SpecError
+
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", "9,9,9")
+    backend = LocalBackend(tmp_path / "jobs", local_spot_interruptions="random:7:2:5")
+    built = plan(tmp_path)
+    assert backend._rehearsal("training", built.request)["spot"] == \
+        LocalBackend(tmp_path / "jobs", local_spot_interruptions="random:7:2:5")._rehearsal(
+            "training", built.request)["spot"]  # seeded: the same draws every time
+    assert len(backend._rehearsal("training", built.request)["spot"]) == 2
+    bad = LocalBackend(tmp_path / "jobs", local_spot_interruptions="3;3")
+    with pytest.raises(SpecError, match="comma-separated seconds"):
+        bad.submit("training", built.request)
+    assert not list((tmp_path / "jobs").rglob("request.json"))
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_an_internal_instance_failure_is_retried_as_retry_strategy_says(backend, tmp_path, monkeypatch, retries):
+    monkeypatch.setenv("SMDIST_LOCAL_INSTANCE_FAILURES", "1")
+    monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", "none")
+    kw = {"max_retry_attempts": retries} if retries else {}
+    name, d = run(backend, tmp_path, spot=False, instance_count=1, hps={"steps": 8, "sleep": 0.2}, **kw)
+    if retries:
+        assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+        assert statuses(d) == ["Starting", "Downloading", "Training", "Starting", "Downloading", "Training",
+                               "Uploading", "Completed"]
+        assert final(d)["step"] == 8
+        assert any("resumed from checkpoint at step" in m for m in messages(backend, name))
+    else:
+        assert d["TrainingJobStatus"] == "Failed"
+        assert d["FailureReason"].startswith("InternalServerError:")
+        assert statuses(d)[-1] == "Failed"
+
+
+def test_the_sagemaker_backend_sends_the_same_request_with_or_without_the_rehearsal(moto_server, monkeypatch,
+                                                                                    tmp_path):
+    """The setting never reaches a request: the environment's and the smdist connection's alike."""
+    from airflow_smdist.hooks.smdist import SmdistHook
+
+    sent: list[dict] = []
+    base = plan(tmp_path, checkpoint=False).request
+    base["CheckpointConfig"] = {"S3Uri": "s3://smdist-data/ckpt/"}
+    base["AlgorithmSpecification"]["TrainingImage"] = \
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-cpu-py311"
+    base["HyperParameters"]["sagemaker_submit_directory"] = '"s3://smdist-data/code/sourcedir.tar.gz"'
+    base["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] = "s3://smdist-data/train/"
+    base["OutputDataConfig"]["S3OutputPath"] = "s3://smdist-data/output"
+
+    def submit(env: str | None, extra: dict) -> None:
+        if env is None:
+            monkeypatch.delenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", raising=False)
+        else:
+            monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", env)
+        monkeypatch.setenv("AIRFLOW_CONN_SMDIST_SPOT", json.dumps(
+            {"conn_type": "smdist", "extra": {"backend": "sagemaker", **extra}}))
+        backend = SmdistHook("smdist_spot").get_backend()
+        assert backend.name == "sagemaker"
+        backend.client.meta.events.register("provide-client-params.sagemaker.CreateTrainingJob",
+                                            lambda params, **_: sent.append(copy.deepcopy(params)))
+        request = copy.deepcopy(base)
+        request["TrainingJobName"] = f"spot-same-{uuid.uuid4().hex[:8]}"
+        backend.submit("training", request)
+
+    submit(None, {})
+    submit("3,3", {})
+    submit(None, {"local_spot_interruptions": "random:1:2", "local_instance_failures": "2"})
+    assert len(sent) == 3
+    for body in sent:
+        body.pop("TrainingJobName")
+    assert sent[0]["EnableManagedSpotTraining"] is True
+    assert sent[0] == sent[1] == sent[2]
+    assert "interruption" not in json.dumps(sent[0]).lower() and "failure" not in json.dumps(sent[0]).lower()
