@@ -27,6 +27,9 @@ ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 METRICS = [{"Name": "step", "Regex": r"step=(\d+)"}, {"Name": "loss", "Regex": r"loss=([0-9.]+)"}]
 #: the loss is computed step by step from the checkpoint's full value: resumed, it is the same to the bit
 LOSS_TOLERANCE = 1e-12
+#: the DDP script restores model and optimizer state from the checkpoint of a finished epoch, and reshuffles by
+#: epoch: the resumed run repeats the same float operations (gloo's all-reduce of two ranks included)
+DDP_LOSS_TOLERANCE = 1e-6
 needs_namespaces = pytest.mark.skipif(launcher.namespace_prefix() is None,
                                       reason=f"hosts cannot be namespaced here: {launcher.namespaces_available()}")
 
@@ -252,3 +255,47 @@ def test_the_sagemaker_backend_sends_the_same_request_with_or_without_the_rehear
     assert sent[0]["EnableManagedSpotTraining"] is True
     assert sent[0] == sent[1] == sent[2]
     assert "interruption" not in json.dumps(sent[0]).lower() and "failure" not in json.dumps(sent[0]).lower()
+
+
+@needs_namespaces
+@pytest.mark.torch
+def test_the_example_ddp_script_interrupted_twice_ends_with_the_uninterrupted_loss(backend, tmp_path, monkeypatch):
+    """The example torch DDP script (torchrun on 2 hosts, checkpoints from rank 0 each epoch) resumes from its
+    checkpoint after each interruption and ends with the loss of an uninterrupted run."""
+    pytest.importorskip("torch")
+    data = tmp_path / "ddp-data"
+    data.mkdir()
+    for i in range(4):
+        (data / f"part-{i}.csv").write_text("".join(f"{j / 10},{(i + j) % 7 / 10},{j / 5 + i / 10}\n"
+                                                     for j in range(40)))
+    common = dict(entry="train.py", source=os.path.join(REPO, "dags", "scripts", "torch_ddp"),
+                  hps={"epochs": 6, "batch_size": 8, "epoch_seconds": 1.0})
+
+    def ddp(**kw):
+        built = build_training(
+            job_name=f"spot-ddp-{uuid.uuid4().hex[:8]}", role=ROLE, output_path=f"file://{tmp_path}/out",
+            entry_point="train.py", source_dir=common["source"], hyperparameters=common["hps"],
+            image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1", instance_type="ml.m5.xlarge",
+            instance_count=2, distribution={"torch_distributed": {"enabled": True}},
+            inputs={"train": {"s3_uri": f"file://{data}", "distribution": "ShardedByS3Key"}},
+            metric_definitions=[{"Name": "epoch", "Regex": r"epoch=(\d+)"},
+                                {"Name": "train:loss", "Regex": r"train_loss=([0-9.eE+-]+)"}],
+            use_spot_instances=True, max_run=600, max_wait=900,
+            checkpoint_s3_uri=f"file://{tmp_path}/ckpt/{uuid.uuid4().hex[:8]}", **kw)
+        upload_source(built.source_dir, "train.py", built.source_uri)
+        backend.submit("training", built.request)
+        name = built.request["TrainingJobName"]
+        d = wait(backend, "training", name, timeout=240)
+        assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+        with tarfile.open(d["ModelArtifacts"]["S3ModelArtifacts"][len("file://"):]) as tar:
+            return name, d, json.loads(tar.extractfile("training.json").read())
+
+    _, _, clean = ddp()
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", os.environ.get("SMDIST_TEST_DDP_INTERRUPTIONS", "7,7"))
+    name, d, resumed = ddp()
+    assert statuses(d).count("Interrupted") == 2
+    log = messages(backend, name)
+    resumes = [m for m in log if "resumed from checkpoint at epoch" in m]
+    assert len(resumes) == 4, [m for m in log if "epoch" in m]  # every rank, after each interruption
+    assert not [m for m in resumes if m.endswith("epoch 0")]
+    assert abs(resumed["final_train_loss"] - clean["final_train_loss"]) <= DDP_LOSS_TOLERANCE
