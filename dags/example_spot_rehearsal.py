@@ -3,7 +3,7 @@
     airflow dags test smdist_spot_rehearsal
 
 SageMaker interrupts a spot job when capacity goes, not when you want. On the local backend the Param
-``spot_interruptions`` ("7,7": twice, each try 7 s into its training) interrupts the job as SageMaker does: its
+``spot_interruptions`` ("10,10": twice, each try 10 s into its training) interrupts the job as SageMaker does: its
 hosts are lost (processes, /tmp, /opt/ml/model), the secondary status goes ``Interrupted`` and back through
 ``Starting``/``Downloading``/``Training``, and the checkpoints rank 0 wrote to /opt/ml/checkpoints are synced
 to ``checkpoint_s3_uri`` and copied back into every host before the script starts again. The job's insight
@@ -47,8 +47,8 @@ with DAG(
         "data_uri": storage_param(f"{LOCAL_DATA}/spot", "Prefix the generated training data is written to."),
         "output_uri": storage_param(f"{LOCAL_DATA}/spot-output", "S3OutputPath of the job (model, checkpoints)."),
         "role": role_param(),
-        "spot_interruptions": spot_interruptions_param("7,7"),
-        "epochs": Param(8, type="integer", minimum=1, description="Passes over the training data."),
+        "spot_interruptions": spot_interruptions_param("10,10"),
+        "epochs": Param(12, type="integer", minimum=1, description="Passes over the training data."),
         "epoch_seconds": Param(1.0, type="number", minimum=0,
                                description="Each epoch lasts at least this long (the demo data trains in "
                                            "milliseconds; an interruption needs epochs that take time)."),

@@ -115,6 +115,12 @@ def checkpoint_relpath(request: dict) -> str | None:
 class TrainingSupervisor(JobSupervisor):
     kind = "training"
     agents: mpi.AgentServer | None = None
+    #: tries that ended in a rehearsed interruption or instance failure so far (see .spot)
+    tries = 0
+
+    def say(self, message: str) -> None:
+        """A platform line; a later try's lines say which try they belong to (each fact once per job)."""
+        super().say(message + (f" (try {self.tries + 1})" if self.tries else ""))
 
     def metric_definitions(self) -> list[dict]:
         spec = self.request["AlgorithmSpecification"]
@@ -476,12 +482,11 @@ class TrainingSupervisor(JobSupervisor):
         status, failure reason)."""
         self.events = spot.schedule(self.state.get("rehearsal"))
         self.say_rehearsal()
-        tries = 0
         while True:
             self.secondary("Downloading", "Downloading input data and source code"
-                           + (" (and the checkpoints)" if checkpoint_relpath(self.request) and tries else ""))
+                           + (" (and the checkpoints)" if checkpoint_relpath(self.request) and self.tries else ""))
             channels_of = self.stage(cluster)
-            if tries == 0:
+            if self.tries == 0:
                 self.runtime = self.prepare_runtime(cluster)
             else:
                 self.make_entry_executable(cluster)
@@ -489,7 +494,7 @@ class TrainingSupervisor(JobSupervisor):
                 return "Stopped", "Stopped", None
             self.secondary("Training", f"Training on {len(cluster.hosts)} host(s): "
                            + ", ".join(f"{h.label}={h.address}" for h in cluster.hosts))
-            self.event = self.events[tries] if tries < len(self.events) else None
+            self.event = self.events[self.tries] if self.tries < len(self.events) else None
             self.try_started = time.time()
             self.launch(cluster, channels_of, self.master_port())
             status, secondary, reason = self.watch(cluster)
@@ -499,8 +504,8 @@ class TrainingSupervisor(JobSupervisor):
                 self.write_success(cluster)
             if secondary not in ("Interrupted", "InstanceFailure"):
                 return status, secondary, reason
-            tries += 1
-            end = self.restart(cluster, secondary, tries)
+            self.tries += 1
+            end = self.restart(cluster, secondary, self.tries)
             if end is not None:
                 return end
 
