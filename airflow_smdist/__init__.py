@@ -43,6 +43,23 @@ CONNECTION_FIELDS: dict = {
                        "still runs. Empty: jobs are kept (airflow smdist jobs prune removes them).",
         "schema": {"type": ["string", "null"], "pattern": "^$|^\\s*[0-9]+(\\.[0-9]+)?\\s*[smhdw]\\s*$"},
     },
+    "local_spot_interruptions": {
+        "label": "Rehearsed spot interruptions (local backend)",
+        "description": "Interrupt local managed spot training jobs on purpose: comma-separated seconds of "
+                       "training after which each try is interrupted ('3,3': twice, 3 s into each try), or "
+                       "random:SEED:N. Only jobs with EnableManagedSpotTraining; the request is unchanged. Empty: "
+                       "SMDIST_LOCAL_SPOT_INTERRUPTIONS, else none.",
+        "schema": {"type": ["string", "null"],
+                   "pattern": "^$|^\\s*([0-9]+(\\.[0-9]+)?\\s*(,\\s*[0-9]+(\\.[0-9]+)?\\s*)*|random:[0-9]+:[0-9]+(:[0-9.]+)?)$"},
+    },
+    "local_instance_failures": {
+        "label": "Rehearsed instance failures (local backend)",
+        "description": "Fail a local training job's instances on purpose (an InternalServerError, retried as "
+                       "RetryStrategy says): the same syntax as the spot interruptions. Empty: "
+                       "SMDIST_LOCAL_INSTANCE_FAILURES, else none.",
+        "schema": {"type": ["string", "null"],
+                   "pattern": "^$|^\\s*([0-9]+(\\.[0-9]+)?\\s*(,\\s*[0-9]+(\\.[0-9]+)?\\s*)*|random:[0-9]+:[0-9]+(:[0-9.]+)?)$"},
+    },
     "s3_endpoint_url": {
         "label": "S3 endpoint URL (local backend)",
         "description": "S3-compatible endpoint the local backend reads s3:// data from and writes it to "

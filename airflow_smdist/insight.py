@@ -344,6 +344,110 @@ def summarize(job_name: str, points: list[dict], samples: list[dict], *, start: 
     return summary
 
 
+# -- interruptions (managed spot, retries) ---------------------------------------------------------------
+#: words that name a metric counting progress (the step or epoch a script reports)
+PROGRESS_WORDS = ("step", "epoch", "iter", "batch")
+
+
+def progress_metric(points: list[dict]) -> str | None:
+    """The metric that counts progress: the first (by name) whose name says step, epoch, iteration or batch."""
+    names = sorted({p["name"] for p in points})
+    for word in PROGRESS_WORDS:
+        for name in names:
+            if word in name.lower() and not lower_is_better(name):
+                return name
+    return None
+
+
+def interruptions_of(description: dict[str, Any]) -> list[tuple[float, float | None, str]]:
+    """(interrupted at, training again at or None, why) from SecondaryStatusTransitions: each ``Interrupted``
+    (a spot interruption) and each ``Starting`` after ``Training`` (a retry after an internal failure)."""
+    out: list[tuple[float, float | None, str]] = []
+    previous = None
+    for t in description.get("SecondaryStatusTransitions") or []:
+        status, start = t["Status"], _epoch(t.get("StartTime"))
+        if start is None:
+            continue
+        if status == "Interrupted" or (status == "Starting" and previous == "Training"):
+            out.append((start, None, "spot interruption" if status == "Interrupted" else "instance failure"))
+        elif status == "Training" and out and out[-1][1] is None:
+            out[-1] = (out[-1][0], start, out[-1][2])
+        previous = status
+    return out
+
+
+def _increment(values: list[float]) -> float:
+    diffs = sorted(b - a for a, b in zip(values, values[1:], strict=False) if b > a)
+    return diffs[len(diffs) // 2] if diffs else 1.0
+
+
+def lost_work(points: list[dict], description: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per interruption: the progress metric's last value before it, the first after the restart (per host and
+    the least), and the work redone (``lost``, in the metric's units: last before - first after + one step)."""
+    name = progress_metric(points)
+    if name is None:
+        return []
+    series = sorted((p for p in points if p["name"] == name), key=lambda p: p["t"])
+    cuts = interruptions_of(description)
+    first_value = series[0]["value"] if series else None
+    out = []
+    for i, (at, resumed, why) in enumerate(cuts):
+        until = cuts[i + 1][0] if i + 1 < len(cuts) else float("inf")
+        since = cuts[i - 1][1] or 0.0 if i else 0.0
+        before = [p["value"] for p in series if since <= p["t"] < at]
+        firsts: dict[str, float] = {}
+        for p in series:
+            if resumed is not None and resumed <= p["t"] < until:
+                firsts.setdefault(p.get("host") or "all", p["value"])
+        if not before or not firsts:
+            continue
+        last, resumed_from = max(before), min(firsts.values())
+        out.append({"why": why, "metric": name, "last_before": last, "resumed_from": resumed_from,
+                    "hosts": firsts, "lost": max(0.0, last - resumed_from + _increment(before)),
+                    "from_start": first_value is not None and resumed_from <= first_value,
+                    "hosts_differ": len(set(firsts.values())) > 1})
+    return out
+
+
+def interruption_findings(description: dict[str, Any], lost: list[dict], clashes: dict[str, list[str]],
+                          points: list[dict]) -> list[str]:
+    out = []
+    spot = bool(description.get("EnableManagedSpotTraining"))
+    if spot and not description.get("CheckpointConfig"):
+        out.append("managed spot job without CheckpointConfig: each interruption restarts it from zero; set "
+                   "checkpoint_s3_uri and restore from /opt/ml/checkpoints at start.")
+    cuts = interruptions_of(description)
+    if cuts and not lost:
+        out.append(f"interrupted {len(cuts)} time(s), but no step or epoch metric measures the work lost: add a "
+                   "MetricDefinition such as {'Name': 'step', 'Regex': 'step=(\\d+)'}."
+                   if progress_metric(points) is None else f"interrupted {len(cuts)} time(s).")
+    for n, item in enumerate(lost, 1):
+        m = item["metric"]
+        text = (f"{item['why']} {n}: {m} {item['last_before']:g} reached, resumed at {m} {item['resumed_from']:g} "
+                f"({item['lost']:g} {m}(s) of work lost)")
+        if item["from_start"]:
+            text += "; it restarted from the beginning: the script restored no checkpoint"
+        if item["hosts_differ"]:
+            text += "; the hosts resumed from different points (" + ", ".join(
+                f"{h} {v:g}" for h, v in sorted(item["hosts"].items())) + "): not every host restored the same checkpoint"
+        out.append(text + ".")
+    for key, hosts in sorted(clashes.items())[:5]:
+        out.append(f"checkpoint {key} written by {', '.join(hosts)}: one CheckpointConfig.S3Uri serves every host, so "
+                   "they overwrite the same checkpoint key; checkpoint from one host (rank 0) or use host-unique names.")
+    return out
+
+
+def _checkpoint_clashes(backend: Any, name: str) -> dict[str, list[str]]:
+    """Checkpoint keys several hosts wrote (the local backend records them; SageMaker does not tell)."""
+    if getattr(backend, "name", None) != "local":
+        return {}
+    try:
+        state = json.loads((backend.job_dir("training", name) / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return dict(state.get("checkpoint_clashes") or {})
+
+
 # -- drawing ---------------------------------------------------------------------------------------------
 def _host_series(samples: list[dict], t0: float, key: str, scale: float = 1.0) -> dict[str, tuple[list, list]]:
     out: dict[str, tuple[list, list]] = {}
@@ -492,6 +596,8 @@ DIGEST_HOST_KEYS = ("cpu_mean_percent", "idle_fraction", "read_bytes", "channel_
 def xcom_digest(summary: dict[str, Any], summary_uri: str | None, plot_uri: str | None) -> dict[str, Any]:
     """The key numbers for XCom (small: no series)."""
     return {"summary_uri": summary_uri, "plot_uri": plot_uri, "findings": summary["findings"],
+            **({"interruptions": [{k: i[k] for k in ("why", "metric", "last_before", "resumed_from", "lost")}
+                                  for i in summary["interruptions"]]} if summary.get("interruptions") else {}),
             "duration_seconds": summary["duration_seconds"],
             "metrics": {n: {k: m[k] for k in ("first", "last", "min", "diverged")}
                         for n, m in summary["metrics"].items()},
@@ -529,7 +635,15 @@ def job_insight(backend: Any, description: dict[str, Any], *, lr_scaled: bool = 
     summary = summarize(name, points, samples, start=_epoch(description.get("TrainingStartTime")),
                         end=_epoch(description.get("TrainingEndTime")), lr_scaled=lr_scaled,
                         channels=bool(description.get("InputDataConfig")),
-                        checkpointed=bool(description.get("CheckpointConfig")))
+                        # (a spot job without checkpoints is told so by interruption_findings, whatever its length)
+                        checkpointed=None if description.get("EnableManagedSpotTraining")
+                        else bool(description.get("CheckpointConfig")))
+    lost = lost_work(points, description)
+    extra = interruption_findings(description, lost, _checkpoint_clashes(backend, name), points)
+    if lost or extra:
+        summary["interruptions"] = lost
+        summary["findings"] = extra + summary["findings"]
+        summary["reading"] = reading(summary)
     base = f"{description['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{name}/output"
     storage = storage or Storage.for_backend(backend)
     summary_uri, plot_uri = f"{base}/insight.json", f"{base}/insight.png"

@@ -7,6 +7,7 @@ say they are the local backend's scratch space on the Airflow machine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from airflow_smdist._compat import Param
@@ -68,3 +69,34 @@ def deferrable_param(default: bool | None = None) -> Param:
 
 def integer_param(default: int, description: str, **limits: Any) -> Param:
     return Param(default, type="integer", description=description, **limits)
+
+
+#: the environment variable the local backend reads for rehearsed spot interruptions (see backends/local/spot.py)
+SPOT_INTERRUPTIONS_ENV = "SMDIST_LOCAL_SPOT_INTERRUPTIONS"
+
+
+def spot_interruptions_param(default: str = "3,3") -> Param:
+    """Rehearsed managed spot interruptions of the run's spot jobs on the local backend."""
+    return Param(default, type="string",
+                 pattern=r"^$|^\s*([0-9]+(\.[0-9]+)?\s*(,\s*[0-9]+(\.[0-9]+)?\s*)*|random:[0-9]+:[0-9]+(:[0-9.]+)?)$",
+                 description="Local backend only: interrupt each managed spot job of this run on purpose, as "
+                             "SageMaker does when capacity goes: comma-separated seconds of training after which "
+                             "each try is interrupted ('3,3': twice), or random:SEED:N. Empty: no interruption. "
+                             "The request is unchanged; the sagemaker backend ignores it.")
+
+
+def rehearse_spot_interruptions(param: str = "spot_interruptions") -> Callable[[Any], None]:
+    """An ``on_execute_callback`` that hands the run's Param ``param`` to the local backend (as
+    ``SMDIST_LOCAL_SPOT_INTERRUPTIONS`` in the task's own process, before it submits its job). The smdist
+    connection's ``local_spot_interruptions`` extra, where set, still wins."""
+
+    def callback(context: Any) -> None:
+        import os
+
+        value = str((context.get("params") or {}).get(param) or "").strip()
+        if value:
+            os.environ[SPOT_INTERRUPTIONS_ENV] = value
+        else:
+            os.environ.pop(SPOT_INTERRUPTIONS_ENV, None)
+
+    return callback

@@ -4,7 +4,11 @@ Connection extra (all optional)::
 
     {"backend": "local" | "sagemaker", "aws_conn_id": "aws_default", "region_name": "us-east-1",
      "local_root": "/path/for/local/jobs", "s3_endpoint_url": "http://127.0.0.1:5000",
-     "local_retention": "30d"}
+     "local_retention": "30d", "local_spot_interruptions": "3,3", "local_instance_failures": ""}
+
+``local_spot_interruptions`` and ``local_instance_failures`` rehearse interruptions on the local backend (see
+:mod:`airflow_smdist.backends.local.spot`; before ``SMDIST_LOCAL_SPOT_INTERRUPTIONS`` and
+``SMDIST_LOCAL_INSTANCE_FAILURES``); the sagemaker backend never reads them.
 
 The backend is chosen by the operator's ``backend=`` argument, else this connection's ``backend`` extra,
 else the ``SMDIST_BACKEND`` environment variable, else ``local``.
@@ -27,6 +31,15 @@ def resolve_backend_name(backend: str | None, extra: dict) -> str:
 
         raise SpecError("backend", f"{name!r} is not a backend.", f"use one of {BACKENDS}.")
     return name
+
+
+def _text(value: Any) -> str | None:
+    """A setting given as text or as a JSON number or list ("3,3", 3, [3, 3])."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 class SmdistHook(BaseHook):
@@ -104,7 +117,9 @@ class SmdistHook(BaseHook):
         return LocalBackend(self.extra.get("local_root"), region_name=self.region_name,
                             s3_endpoint_url=self.extra.get("s3_endpoint_url"),
                             local_runtimes=self.extra.get("local_runtimes"),
-                            local_retention=self.extra.get("local_retention"))
+                            local_retention=self.extra.get("local_retention"),
+                            local_spot_interruptions=_text(self.extra.get("local_spot_interruptions")),
+                            local_instance_failures=_text(self.extra.get("local_instance_failures")))
 
     def get_conn(self):
         return self.get_backend()

@@ -262,6 +262,9 @@ def training_result(description: dict[str, Any], backend: Any, *, lr_scaling: di
         "start_time": isoformat(description.get("TrainingStartTime")),
         "end_time": isoformat(description.get("TrainingEndTime")),
     }
+    if description.get("EnableManagedSpotTraining"):  # SageMaker's spot interruptions (or the local rehearsal's)
+        out["interruptions"] = sum(t.get("Status") == "Interrupted"
+                                   for t in description.get("SecondaryStatusTransitions") or [])
     if description.get("FailureReason"):
         out["failure_reason"] = description["FailureReason"]
     if lr_scaling:

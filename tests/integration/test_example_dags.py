@@ -76,12 +76,19 @@ def pyspark_log_is_the_jobs_lines(home: str, log: str) -> None:
     assert not [line for line in log.splitlines() if spark_info.search(line)]
 
 
+def spot_rehearsal_resumed(home: str, log: str) -> None:
+    """The spot job was interrupted twice (the DAG's default Param) and completed; its report says so."""
+    assert "2 interruption(s)" in log, log[-3000:]
+    assert log.count("Interrupted: Spot instances were interrupted") >= 2, log[-3000:]
+
+
 #: what an example DAG must leave behind besides success, by dag_id: check(AIRFLOW_HOME, the run's output)
-CHECKS = {"smdist_scaling_study": scaling_study_shows_its_plots, "smdist_pyspark_pipeline": pyspark_log_is_the_jobs_lines}
+CHECKS = {"smdist_scaling_study": scaling_study_shows_its_plots, "smdist_pyspark_pipeline": pyspark_log_is_the_jobs_lines,
+          "smdist_spot_rehearsal": spot_rehearsal_resumed}
 
 
 #: the example DAGs whose jobs need torch: torch_distributed (torchrun) and the torch_ddp script
-TORCH_DAGS = {"smdist_many_jobs", "smdist_scaling_study"}
+TORCH_DAGS = {"smdist_many_jobs", "smdist_scaling_study", "smdist_spot_rehearsal"}
 
 
 @pytest.mark.slow

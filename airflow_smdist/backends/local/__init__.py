@@ -116,8 +116,13 @@ class LocalBackend:
 
     def __init__(self, root: str | os.PathLike | None = None, *, region_name: str | None = None,
                  s3_endpoint_url: str | None = None, local_runtimes: dict | None = None,
-                 local_retention: str | None = None) -> None:
+                 local_retention: str | None = None, local_spot_interruptions: str | None = None,
+                 local_instance_failures: str | None = None) -> None:
         self.store = JobStore(root)
+        #: the smdist connection's rehearsal settings (see .spot): before SMDIST_LOCAL_SPOT_INTERRUPTIONS and
+        #: SMDIST_LOCAL_INSTANCE_FAILURES; they never change a request
+        self.local_spot_interruptions = local_spot_interruptions
+        self.local_instance_failures = local_instance_failures
         #: the smdist connection's ``local_retention`` ("30d"): finished jobs older than it go at submit (.retention)
         self.local_retention = local_retention
         self.region = region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
@@ -161,13 +166,14 @@ class LocalBackend:
 
     def submit(self, kind: str, request: dict[str, Any], *, parent: str | None = None) -> str:
         self.check(kind, request)
+        rehearsal = self._rehearsal(kind, request)
         name = kind_info(kind).job_name(request)
         isolation = launcher.isolation_mode()  # (a namespaced job's supervisor reclaims dead jobs' bridges)
         if self.store.taken(kind, name):
             raise self._name_taken(kind, name)
         staging = _Staging(self.store.stage(kind, name))
         try:
-            self._make_job(kind, name, staging, request, isolation, parent)
+            self._make_job(kind, name, staging, request, isolation, parent, rehearsal)
             self.store.place(kind, name, staging.dir)
         except BaseException as exc:
             self._abandon(kind, name, staging)
@@ -188,8 +194,26 @@ class LocalBackend:
                             f"already exists ({self.arn(kind, name)})", code="ValidationException",
                             operation=kind_info(kind).create_op)
 
+    def _rehearsal(self, kind: str, request: dict[str, Any]) -> dict | None:
+        """What the job's state keeps of the interruption rehearsal (:mod:`.spot`): a training job's interruptions
+        and failures; a tuning job's settings, for its trials. A malformed setting is refused here."""
+        from airflow_smdist.backends.local import spot
+
+        if kind == "tuning":
+            settings = {"spot": self.local_spot_interruptions, "failures": self.local_instance_failures}
+            return {k: v for k, v in settings.items() if v} or None
+        if kind != "training":
+            return None
+        try:
+            return spot.rehearsal_state(request, self.local_spot_interruptions, self.local_instance_failures)
+        except ValueError as exc:
+            from airflow_smdist.specs.errors import SpecError
+
+            raise SpecError("local_spot_interruptions", str(exc),
+                            "fix the setting (environment or the smdist connection's extra).") from None
+
     def _make_job(self, kind: str, name: str, staging: _Staging, request: dict[str, Any], isolation: str,
-                  parent: str | None) -> None:
+                  parent: str | None, rehearsal: dict | None = None) -> None:
         """Everything of a job, in its staging directory: logs/, the request, its supervisor (started now, it
         waits until the job is in place) and its pid, then its loopback block and its state."""
         job_dir = staging.dir
@@ -207,6 +231,8 @@ class LocalBackend:
                  "root": str(self.store.root), "runtimes": self.local_runtimes}
         if parent:
             state["parent"] = parent
+        if rehearsal:
+            state["rehearsal"] = rehearsal
         write_json_atomic(job_dir / "state.json", state)
 
     def _start_supervisor(self, kind: str, name: str, staged: Path) -> subprocess.Popen[bytes]:

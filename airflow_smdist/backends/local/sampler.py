@@ -111,7 +111,8 @@ class UtilizationSampler:
             if channels is not None:
                 self.channels[label] = dict(channels)
             self.counters[label] = _HostCounters()
-        if self.thread is None:
+            self.previous.pop(label, None)  # a host started again (a rehearsed interruption) counts from zero
+        if self.thread is None or not self.thread.is_alive():  # (it ends once every host it had is gone)
             self.thread = threading.Thread(target=self._run, name="smdist-sampler", daemon=True)
             self.thread.start()
 

@@ -333,6 +333,8 @@ class JobSupervisor:
         self.disk_lock = threading.Lock()
         self.log = SupervisorLog(self.dir / "supervisor.log", self.disk_full)
         self.sampler = UtilizationSampler(self.dir)  # per-host CPU, memory and I/O while hosts run
+        #: seconds the job's hosts ran in its earlier tries (rehearsed interruptions, retries: see .spot)
+        self.ran_before = 0.0
 
     # -- state -----------------------------------------------------------------------------------
     def save(self, **changes) -> None:
@@ -689,8 +691,18 @@ class JobSupervisor:
         with HostExits(self.procs) as exits:
             return self._watch(cluster, exits)
 
-    def _watch(self, cluster: contract.Cluster, exits: HostExits) -> tuple[str, str, str | None]:
+    def over_limit(self, started: float) -> tuple[str, str, str | None] | None:
+        """The job's end, its hosts ended, once a limit is reached while they run (MaxRuntimeInSeconds, which
+        counts the seconds of earlier tries, :attr:`ran_before`, too); None while within. ``started``: when
+        this try's hosts started. Kinds add theirs."""
         max_run = self.max_runtime()
+        if max_run and self.ran_before + time.time() - started > float(max_run):
+            self.secondary("Stopping", f"Job exceeded MaxRuntimeInSeconds={max_run}")
+            self.end_all(stop_grace())
+            return "Stopped", "MaxRuntimeExceeded", None
+        return None
+
+    def _watch(self, cluster: contract.Cluster, exits: HostExits) -> tuple[str, str, str | None]:
         started = time.time()
         last_sync = time.time()
         while True:
@@ -702,10 +714,9 @@ class JobSupervisor:
             if self.disk_full_reason is not None:  # a write of the job's failed for want of space
                 self.end_all(min(stop_grace(), 5))
                 return "Failed", "Failed", self.disk_full_reason
-            if max_run and time.time() - started > float(max_run):
-                self.secondary("Stopping", f"Job exceeded MaxRuntimeInSeconds={max_run}")
-                self.end_all(stop_grace())
-                return "Stopped", "MaxRuntimeExceeded", None
+            limit = self.over_limit(started)
+            if limit is not None:
+                return limit
             codes = {label: p.poll() for label, p in self.procs.items()}
             failed = [(label, c) for label, c in codes.items() if c not in (None, 0)]
             if failed:

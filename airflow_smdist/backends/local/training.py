@@ -30,6 +30,7 @@ from airflow_smdist.backends.local import (
     last_modified,
     litter,
     runtimes,
+    spot,
     transitions_of,
 )
 from airflow_smdist.backends.local.inference import safe_extract
@@ -41,6 +42,7 @@ from airflow_smdist.backends.local.supervisor import (
     release_ports,
     serve,
     shard,
+    stop_grace,
 )
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import pause_for_test, safe_join
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
     from airflow_smdist.backends.local import mpi
 
 OPERATION = "CreateTrainingJob"
+#: secondary statuses of a job a limit ended: its model is still uploaded, as SageMaker does
+ENDED_BY_LIMIT = ("MaxRuntimeExceeded", "MaxWaitTimeExceeded")
 CHECKPOINT_DEFAULT = "/opt/ml/checkpoints"
 #: the SageMaker XGBoost container, in any account and region (``algorithm_image_uri("xgboost", ...)``)
 XGBOOST_IMAGE = re.compile(r"^[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?/sagemaker-xgboost"
@@ -111,6 +115,12 @@ def checkpoint_relpath(request: dict) -> str | None:
 class TrainingSupervisor(JobSupervisor):
     kind = "training"
     agents: mpi.AgentServer | None = None
+    #: tries that ended in a rehearsed interruption or instance failure so far (see .spot)
+    tries = 0
+
+    def say(self, message: str) -> None:
+        """A platform line; a later try's lines say which try they belong to (each fact once per job)."""
+        super().say(message + (f" (try {self.tries + 1})" if self.tries else ""))
 
     def metric_definitions(self) -> list[dict]:
         spec = self.request["AlgorithmSpecification"]
@@ -177,6 +187,7 @@ class TrainingSupervisor(JobSupervisor):
                 cdir = safe_join(hd, ckpt_rel)
                 cdir.mkdir(parents=True, exist_ok=True)
                 self.storage.download_prefix(req["CheckpointConfig"]["S3Uri"], cdir, ckpt_objects)
+        self.note_restored(cluster)
         return channels_of
 
     def channel_bytes(self, host: contract.Host) -> dict[str, int] | None:
@@ -222,11 +233,7 @@ class TrainingSupervisor(JobSupervisor):
         self.check_mpi(rt)
         code = self.host_dir(cluster.hosts[0]) / "code"
         entry = program_of(req)
-        if entry and not runs_builtin_xgboost(req):
-            for host in cluster.hosts:  # _entry_point_type COMMAND: chmod 0777, as entry_point.install does
-                path = self.host_dir(host) / "code" / entry
-                if path.is_file() and not entry.endswith(".py"):
-                    os.chmod(path, 0o777)
+        self.make_entry_executable(cluster)
         if code.is_dir() and entry:
             self.runtime, first = rt, cluster.hosts[0]  # what the installing host sees (keep_paths)
             env = {**rt.apply(self.base_env()), **runtimes.job_tls_env()}
@@ -235,6 +242,15 @@ class TrainingSupervisor(JobSupervisor):
                                         run=lambda cmd, cwd: self.run_in_host(first, cmd, env, cwd, self.say))
             self.save(runtime=rt.to_json())
         return rt
+
+    def make_entry_executable(self, cluster: contract.Cluster) -> None:
+        """_entry_point_type COMMAND: chmod 0777, as the toolkit's entry_point.install does."""
+        entry = program_of(self.request)
+        if entry and not runs_builtin_xgboost(self.request) and not entry.endswith(".py"):
+            for host in cluster.hosts:
+                path = self.host_dir(host) / "code" / entry
+                if path.is_file():
+                    os.chmod(path, 0o777)
 
     def check_mpi(self, rt: runtimes.Runtime) -> None:
         """An MPI job needs Open MPI and mpi4py in its runtime (submit checked what it could foresee)."""
@@ -397,6 +413,41 @@ class TrainingSupervisor(JobSupervisor):
                 if seen.get(f"{host.label}/{key}") != stamp:
                     self.storage.upload_fileobj(f, f"{base_uri}/{key}")
                     seen[f"{host.label}/{key}"] = stamp
+                    self.note_writer(key, host.label)
+
+    def note_writer(self, key: str, label: str) -> None:
+        """Who wrote checkpoint ``key``: one S3Uri serves every host, so two hosts writing one key overwrite each
+        other (the seed's advice: one host checkpoints). Said once per key; kept for insight."""
+        writers = self.state.setdefault("checkpoint_writers", {})
+        hosts = writers.setdefault(key, [])
+        if label in hosts:
+            return
+        hosts.append(label)
+        if len(hosts) == 2:
+            self.say(f"warning: checkpoint {key} written by {hosts[0]} and {hosts[1]}: CheckpointConfig.S3Uri is "
+                     "one location for every host, so they overwrite each other; checkpoint from one host "
+                     "(rank 0) or use host-unique names")
+        clashes = {k: v for k, v in writers.items() if len(v) > 1}
+        if clashes:
+            self.state["checkpoint_clashes"] = dict(sorted(clashes.items())[:50])
+
+    def note_restored(self, cluster: contract.Cluster) -> None:
+        """The checkpoints stage() copied into each host count as synced (SageMaker uploads new or changed files
+        only): a restored file is not uploaded again, nor taken for the host's own."""
+        rel = checkpoint_relpath(self.request)
+        if not rel:
+            return
+        seen = self.state.setdefault("checkpoint_synced", {})
+        restored = {}
+        for host in cluster.hosts:
+            n = 0
+            for key, _f, st in hostfs.walk(self.host_dir(host), rel, say=self.host_skipped(host)):
+                seen[f"{host.label}/{key}"] = f"{st.st_size}:{st.st_mtime_ns}"
+                n += 1
+            restored[host.label] = n
+        if any(restored.values()):
+            self.say("checkpoints restored from CheckpointConfig.S3Uri into "
+                     + ", ".join(f"{h}: {n} file(s)" for h, n in restored.items()))
 
     def pack(self, cluster: contract.Cluster, subdir: str, name: str) -> str | None:
         """Merge ``subdir`` of every host into one tar.gz at <S3OutputPath>/<job>/output/<name>. The tar is
@@ -424,6 +475,129 @@ class TrainingSupervisor(JobSupervisor):
             shutil.rmtree(tmp, ignore_errors=True)
         return out_uri
 
+    # -- tries (rehearsed interruptions and retries, see .spot) -----------------------------------
+    def run_tries(self, cluster: contract.Cluster) -> tuple[str, str, str | None]:
+        """Stage, start and watch the hosts until the job ends; a rehearsed interruption or instance failure
+        loses the hosts and starts them again (:meth:`restart`), as SageMaker does. Returns (status, secondary
+        status, failure reason)."""
+        self.events = spot.schedule(self.state.get("rehearsal"))
+        self.say_rehearsal()
+        while True:
+            self.secondary("Downloading", "Downloading input data and source code"
+                           + (" (and the checkpoints)" if checkpoint_relpath(self.request) and self.tries else ""))
+            channels_of = self.stage(cluster)
+            if self.tries == 0:
+                self.runtime = self.prepare_runtime(cluster)
+            else:
+                self.make_entry_executable(cluster)
+            if self.stop_requested or (self.dir / "stop").exists():
+                return "Stopped", "Stopped", None
+            self.secondary("Training", f"Training on {len(cluster.hosts)} host(s): "
+                           + ", ".join(f"{h.label}={h.address}" for h in cluster.hosts))
+            self.event = self.events[self.tries] if self.tries < len(self.events) else None
+            self.try_started = time.time()
+            self.launch(cluster, channels_of, self.master_port())
+            status, secondary, reason = self.watch(cluster)
+            for t in self.readers:
+                t.join(timeout=10)
+            if status == "Completed":
+                self.write_success(cluster)
+            if secondary not in ("Interrupted", "InstanceFailure"):
+                return status, secondary, reason
+            self.tries += 1
+            end = self.restart(cluster, secondary, self.tries)
+            if end is not None:
+                return end
+
+    def say_rehearsal(self) -> None:
+        rehearsal = self.state.get("rehearsal") or {}
+        if rehearsal.get("spot"):
+            self.say(f"rehearsal: managed spot interruptions {spot.SPOT_ENV}={rehearsal['spot_setting']!r}: "
+                     + ", ".join(f"{s:g} s" for s in rehearsal["spot"]) + " into the training of each try")
+            if not checkpoint_relpath(self.request):
+                self.say("warning: a managed spot job without CheckpointConfig restarts from zero after every "
+                         "interruption (set checkpoint_s3_uri and restore from /opt/ml/checkpoints)")
+        if rehearsal.get("spot_ignored"):
+            self.say(f"rehearsal: {spot.SPOT_ENV}={rehearsal['spot_ignored']!r} ignored: the request has no "
+                     "EnableManagedSpotTraining (use_spot_instances=True)")
+        if rehearsal.get("failures"):
+            self.say(f"rehearsal: internal instance failures {spot.FAILURES_ENV}={rehearsal['failures_setting']!r}: "
+                     + ", ".join(f"{s:g} s" for s in rehearsal["failures"])
+                     + f" into training; RetryStrategy.MaximumRetryAttempts={spot.retries_allowed(self.request)}")
+
+    def over_limit(self, started: float) -> tuple[str, str, str | None] | None:
+        """MaxRuntimeInSeconds, then MaxWaitTimeInSeconds (a spot job's whole life since its start, waits
+        included), then the try's rehearsed interruption or failure."""
+        end = super().over_limit(started)
+        if end is not None:
+            return end
+        if self.max_wait_exceeded():
+            self.secondary("Stopping", f"Job exceeded MaxWaitTimeInSeconds={self.max_wait()}")
+            self.end_all(stop_grace())
+            return "Stopped", "MaxWaitTimeExceeded", None
+        event = getattr(self, "event", None)
+        if event is not None and time.time() - started >= event.after:
+            self.say(f"{'spot interruption' if event.kind == 'spot' else 'internal instance failure'} "
+                     f"(rehearsed) {time.time() - started:.1f} s into training: the hosts' checkpoints are synced "
+                     "and every host is lost")
+            self.sync_checkpoints(self.cluster)  # as the periodic sync, on the interruption notice
+            self.end_all(0)  # the instances are gone: no grace
+            return "InProgress", "Interrupted" if event.kind == "spot" else "InstanceFailure", None
+        return None
+
+    def max_wait(self) -> float | None:
+        if not self.request.get("EnableManagedSpotTraining"):
+            return None
+        value = (self.request.get("StoppingCondition") or {}).get("MaxWaitTimeInSeconds")
+        return float(value) if value else None
+
+    def max_wait_exceeded(self) -> bool:
+        limit = self.max_wait()
+        return bool(limit) and time.time() - float(self.state.get("started") or time.time()) > float(limit or 0)
+
+    def restart(self, cluster: contract.Cluster, why: str, tries: int) -> tuple[str, str, str | None] | None:
+        """After an interruption or an instance failure: the hosts are lost (their directories, /tmp, model and
+        output go), then, after a wait for capacity, launched again; None to run the next try, else the job's
+        end (Stopped during the wait, MaxWaitTimeInSeconds, or no retry left)."""
+        self.ran_before += time.time() - self.try_started
+        self.lose_hosts(cluster)
+        if why == "InstanceFailure":
+            retries = spot.retries_allowed(self.request)
+            used = sum(1 for e in self.events[:tries] if e.kind == "failure")
+            if used > retries:
+                self.say(f"internal instance failure: no retry left (RetryStrategy.MaximumRetryAttempts={retries})")
+                return "Failed", "Failed", "InternalServerError: We encountered an internal error. Please try again."
+            self.secondary("Starting", f"Retrying the training job after an internal failure (retry {used} of "
+                                       f"{retries}): launching requested ML instances")
+        else:
+            self.secondary("Interrupted", f"Spot instances were interrupted (interruption {tries}); waiting for "
+                                          "spot capacity")
+            deadline = time.time() + spot.capacity_wait()
+            while time.time() < deadline:
+                if self.stop_requested or (self.dir / "stop").exists():
+                    self.secondary("Stopping", "Stopping the training job")
+                    return "Stopped", "Stopped", None
+                if self.max_wait_exceeded():
+                    self.secondary("Stopping", f"Job exceeded MaxWaitTimeInSeconds={self.max_wait()} while "
+                                               "waiting for spot capacity")
+                    return "Stopped", "MaxWaitTimeExceeded", None
+                time.sleep(min(0.2, max(0.0, deadline - time.time())))
+            self.secondary("Starting", "Launching requested ML instances (spot capacity is back)")
+        return None
+
+    def lose_hosts(self, cluster: contract.Cluster) -> None:
+        """Every host's directory goes (what was not synced to S3 is lost, as an instance's volume is) and is made
+        again empty; the next try's stage() downloads inputs, code and checkpoints into it."""
+        self.procs = {}
+        self.readers = []
+        if self.agents is not None:
+            self.agents.close()
+            self.agents = None
+        for host in cluster.hosts:
+            shutil.rmtree(self.host_dir(host), ignore_errors=True)  # (links in it are removed, never followed)
+            self.host_dir(host).mkdir(parents=True)
+        self.save(host_pids={})
+
     # -- main ------------------------------------------------------------------------------------
     def release(self) -> None:
         try:
@@ -440,23 +614,9 @@ class TrainingSupervisor(JobSupervisor):
             self.save(status="InProgress", hosts=[{"label": h.label, "address": h.address, "group": h.group,
                                                    "instance_type": h.instance_type} for h in cluster.hosts],
                       started=time.time())
-            self.secondary("Downloading", "Downloading input data and source code")
-            channels_of = self.stage(cluster)
-            self.runtime = self.prepare_runtime(cluster)
-            if self.stop_requested or (self.dir / "stop").exists():
-                status, secondary = "Stopped", "Stopped"
-            else:
-                master_port = self.master_port()
-                self.secondary("Training", f"Training on {len(cluster.hosts)} host(s): "
-                               + ", ".join(f"{h.label}={h.address}" for h in cluster.hosts))
-                self.launch(cluster, channels_of, master_port)
-                status, secondary, reason = self.watch(cluster)
-                for t in self.readers:
-                    t.join(timeout=10)
-                if status == "Completed":
-                    self.write_success(cluster)
+            status, secondary, reason = self.run_tries(cluster)
             self.sync_checkpoints(cluster)
-            if status == "Completed" or secondary == "MaxRuntimeExceeded" or (status == "Stopped" and self.procs):
+            if status == "Completed" or (self.procs and (status == "Stopped" or secondary in ENDED_BY_LIMIT)):
                 self.secondary("Uploading", "Uploading generated training model")
                 model = self.pack(cluster, "model", "model.tar.gz")
                 output = self.pack(cluster, "output/data", "output.tar.gz")
@@ -478,7 +638,9 @@ class TrainingSupervisor(JobSupervisor):
                 self.agents.close()
         self.secondary(secondary, {"Completed": "Training job completed", "Failed": "Training job failed",
                                    "Stopped": "Training job stopped",
-                                   "MaxRuntimeExceeded": "Training job stopped: MaxRuntimeInSeconds exceeded"}[secondary])
+                                   "MaxRuntimeExceeded": "Training job stopped: MaxRuntimeInSeconds exceeded",
+                                   "MaxWaitTimeExceeded": "Training job stopped: MaxWaitTimeInSeconds exceeded",
+                                   }[secondary])
         self.state["transitions"][-1]["end"] = time.time()
         self.save(status=status, failure_reason=reason, ended=time.time())
         return 0 if status == "Completed" else 1
@@ -607,10 +769,14 @@ def describe(backend, request: dict, state: dict) -> dict:
     if state.get("ended"):
         d["TrainingEndTime"] = dt(state["ended"])
         if state.get("started"):
-            seconds = int(state["ended"] - state["started"])
-            d["TrainingTimeInSeconds"] = seconds
-            hosts = len(state.get("hosts") or []) or 1
-            d["BillableTimeInSeconds"] = seconds * hosts
+            # TrainingTimeInSeconds: TrainingStartTime to TrainingEndTime, every try and wait included;
+            # BillableTimeInSeconds: of that, the time instances ran (per instance: the API reference says to
+            # multiply it by InstanceCount), without the capacity waits and relaunches of rehearsed
+            # interruptions (docs/contracts.md section 6)
+            seconds = state["ended"] - state["started"]
+            d["TrainingTimeInSeconds"] = int(seconds)
+            unbilled = spot.unbilled_seconds(state.get("transitions") or [], state["started"])
+            d["BillableTimeInSeconds"] = max(int(seconds - unbilled), 1 if seconds >= 1 else 0)
     if state.get("failure_reason"):
         d["FailureReason"] = state["failure_reason"]
     if state.get("model_artifacts"):

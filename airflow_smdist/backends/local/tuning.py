@@ -437,7 +437,9 @@ class TuningSupervisor(JobSupervisor):
 
         self.backend = LocalBackend(self.state.get("root") or self.store.root, region_name=self.state.get("region"),
                                     s3_endpoint_url=self.state.get("s3_endpoint_url"),
-                                    local_runtimes=self.state.get("runtimes"))
+                                    local_runtimes=self.state.get("runtimes"),
+                                    local_spot_interruptions=(self.state.get("rehearsal") or {}).get("spot"),
+                                    local_instance_failures=(self.state.get("rehearsal") or {}).get("failures"))
         cfg = self.request["HyperParameterTuningJobConfig"]
         self.cfg = cfg
         self.objective = objective_of(self.request)

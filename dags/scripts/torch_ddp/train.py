@@ -36,6 +36,9 @@ def main():
     p.add_argument("--learning_rate", type=float, default=0.01)
     p.add_argument("--warmup_epochs", type=float, default=0.0)
     p.add_argument("--batch_size", type=int, default=32, help="per-device batch size")
+    p.add_argument("--epoch_seconds", type=float, default=0.0,
+                   help="pace each epoch to at least this long (demo-sized data trains in milliseconds; a "
+                        "rehearsed spot interruption needs epochs that take time)")
     p.add_argument("--model_dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
     p.add_argument("--train", default=os.environ.get("SM_CHANNEL_TRAIN"))
     args = p.parse_args()
@@ -91,6 +94,7 @@ def main():
             opt.step()
             total += loss.detach().cpu()
             global_step += 1
+        time.sleep(max(0.0, args.epoch_seconds - (time.time() - began)))
         dist.all_reduce(total)
         mean = total.item() / (steps * world)
         samples_per_sec = steps * args.batch_size * world / max(time.time() - began, 1e-9)  # global throughput
