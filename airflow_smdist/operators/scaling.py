@@ -112,8 +112,9 @@ def _row(task_id: str, result: dict[str, Any] | None, summary: dict | None, stud
         row["throughput"] = (result.get("final_metrics") or {}).get(metric)
     row["time_to_target"] = time_to_target(summary, study.get("target_metric"), study.get("target_value"))
     price = (study.get("prices") or {}).get(row["instance_type"])
-    billable = result.get("billable_time_seconds") or (seconds or 0) * row["instance_count"]
-    row["cost"] = round(price * float(billable) / 3600, 4) if price is not None else None
+    # BillableTimeInSeconds is one instance's: SageMaker bills it times InstanceCount (API reference)
+    billable = float(result.get("billable_time_seconds") or seconds or 0) * row["instance_count"]
+    row["cost"] = round(price * billable / 3600, 4) if price is not None else None
     return row
 
 

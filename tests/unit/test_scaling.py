@@ -8,7 +8,7 @@ from airflow_smdist.operators.scaling import _row, compare, table, time_to_targe
 def result(count, seconds, *, itype="ml.m5.xlarge", status="Completed", throughput=None):
     return {"status": status, "job_name": f"j{count}", "instance_type": itype, "instance_count": count,
             "start_time": "2026-12-03T10:00:00+00:00", "end_time": f"2026-12-03T10:00:{seconds:06.3f}+00:00",
-            "billable_time_seconds": int(seconds) * count,
+            "billable_time_seconds": int(seconds),  # one instance's, as DescribeTrainingJob gives it
             "final_metrics": {"sps": throughput} if throughput else {}}
 
 
