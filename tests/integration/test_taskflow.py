@@ -27,6 +27,27 @@ IMAGE = {"framework": "pytorch", "framework_version": "2.5.1", "py_version": "py
 
 
 # -- functions that run in the jobs -------------------------------------------------------------------------
+def resumable_steps(steps: int, seconds: float):
+    """Counts ``steps``, rank 0 checkpointing the count to the checkpoint directory after each; starts from
+    what it finds there (a resumed spot job finds what was synced before its interruption)."""
+    import json
+    import os
+    import time
+
+    from airflow_smdist.runtime import cluster
+
+    c = cluster()
+    path = os.path.join(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml"), "checkpoints", "steps.json")
+    start = json.load(open(path))["step"] if os.path.exists(path) else 0
+    for step in range(start, steps):
+        time.sleep(seconds)
+        if c.rank == 0:
+            with open(path + ".tmp", "w") as f:
+                json.dump({"step": step + 1}, f)
+            os.replace(path + ".tmp", path)
+    return {"resumed_from": start, "steps": steps}
+
+
 def rank_value(base: int, learning_rate: float = 0.0):
     from airflow_smdist.runtime import cluster
 
@@ -417,3 +438,21 @@ def test_a_deferred_run_whose_function_raises_fails_with_its_exception_type(tmp_
     assert info.value.exception_type == "ZeroDivisionError" and info.value.host == "algo-1"
     assert "raises_late() raised ZeroDivisionError on rank 0 on algo-1" in str(info.value)
     assert "deferred and failed" in info.value.remote_traceback
+
+
+def test_a_decorated_spot_job_is_interrupted_and_its_function_resumes_from_its_checkpoint(tmp_path, local_root,
+                                                                                         monkeypatch):
+    """The spot rehearsal for @task.smdist: interrupted once 3 s into training, the function starts again on both
+    hosts from the checkpoint rank 0 wrote (synced to CheckpointConfig.S3Uri and copied back), and the task's
+    result is the resumed run's."""
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", "3")
+    monkeypatch.setenv("SMDIST_LOCAL_CHECKPOINT_SYNC", "0.5")
+    op = training(tmp_path, resumable_steps, 12, 0.5, use_spot_instances=True, max_run=600, max_wait=900,
+                  checkpoint_s3_uri=f"file://{tmp_path}/checkpoints")
+    value = op.execute(context(f"run-{uuid.uuid4().hex}"))
+    assert value["steps"] == 12 and 0 < value["resumed_from"] < 12, value
+    backend = LocalBackend(local_root)
+    job = backend.list_jobs("training")[0]["TrainingJobName"]
+    d = backend.describe("training", job)
+    assert [t["Status"] for t in d["SecondaryStatusTransitions"]].count("Interrupted") == 1, d
+    assert d["EnableManagedSpotTraining"] is True and d["TrainingJobStatus"] == "Completed"

@@ -127,13 +127,15 @@ def test_learning_rate_scaled_with_the_global_batch():
                lr_scaling={"base_learning_rate": 0.1, "base_batch_size": 256, "per_device_batch_size": 64})
 
 
-def test_multi_host_without_checkpoints_warns(caplog):
+def test_multi_host_spot_job_without_checkpoints_warns(caplog):
     caplog.set_level("WARNING", logger="airflow_smdist.specs")
-    plan = script(instance_count=2)
-    assert any(a.code and "checkpoint" in a.message for a in plan.advice)
+    plan = script(instance_count=2, use_spot_instances=True)
+    assert any(a.code == "no-checkpoint" and "managed spot job" in a.message for a in plan.advice)
     assert "checkpoint" in caplog.text
-    plan = script(instance_count=2, checkpoint_s3_uri="s3://b/ckpt")
+    plan = script(instance_count=2, use_spot_instances=True, checkpoint_s3_uri="s3://b/ckpt")
     assert not any("checkpoint_s3_uri" in a.message for a in plan.advice)
+    # an on-demand job is told after a long run (insight), not warned before every short one
+    assert not any(a.code == "no-checkpoint" for a in script(instance_count=2).advice)
 
 
 @pytest.mark.parametrize("kwargs, field, fragment", [
