@@ -59,10 +59,11 @@ URLS = {"dlc": "https://github.com/aws/deep-learning-containers",
 #: PyPI publishes these only as source distributions: a runtime builds them (the rest installs as wheels only)
 SOURCE_BUILDS = ("sagemaker-training", "sagemaker-inference", "sagemaker-containers", "sagemaker-pytorch-training",
                  "sagemaker-tensorflow-training", "sagemaker-pytorch-inference", "pyspark", "s3torchconnector")
-#: what the SageMaker toolkits depend on that PyPI has as source only (pure Python), and markupsafe: the
+#: what the SageMaker toolkits (and tensorflow-datasets: promise) depend on that PyPI has as source only (pure
+#: Python), and markupsafe: the
 #: Flask 1.x stacks of the older scikit-learn and XGBoost images need markupsafe < 2.1 (soft_unicode), which
 #: has no wheel for Python >= 3.11 (it builds in seconds, with a pure-Python fallback)
-TOOLKIT_SOURCE_DEPS = ("inotify-simple", "retrying", "markupsafe")
+TOOLKIT_SOURCE_DEPS = ("inotify-simple", "retrying", "markupsafe", "promise")
 
 _CUDA_PAIR = ("built against the image's torch; the builds PyPI has of the versions that pair with this "
               "machine's CPU torch are CUDA builds, which do not load beside it (operator torchvision::nms "
@@ -95,9 +96,15 @@ LEFT_OUT: dict[str, tuple[str, str]] = {
     "sagemaker-debugger": ("installed from its git repository at a tag, not from PyPI", "none"),
     "smspark": ("the container's own launcher, installed from the container repository", "the local backend's "
                 "Spark platform (spark-submit of the runtime's pyspark)"),
+    **{ext: ("a SageMaker Studio notebook extension for EMR: needs Kerberos (gssapi, pykerberos), which has no "
+             "wheels and builds against the system's krb5", "none") for ext in (
+        "sparkmagic", "sagemaker-studio-analytics-extension", "sagemaker-studio-sparkmagic-lib")},
     "cpuonly": ("conda's marker for CPU builds of pytorch, not a package", "none"),
     "pip": ("the image's installer", "the job's pip, which installs into the job's layer (with uv)"),
 }
+#: left out even where another package depends on them ("excluded": uv's --excludes): a CUDA build of these
+#: beside the CPU torch breaks every import that reaches it (fastai and evaluate pull torchvision in)
+EXCLUDED = ("torchvision", "torchaudio", "torchtext", "flash-attn", "transformer-engine", "bitsandbytes")
 #: the Spark container's Pipfile lists its test and lint tools among its packages (the py312 image's runtime
 #: Pipfile drops them; docker-compose pins PyYAML < 6, which has no wheel for Python >= 3.11)
 SPARK_TOOLING = ("pytest", "pytest-cov", "pytest-xdist", "pytest-parallel", "pytest-rerunfailures", "black", "flake8",
@@ -348,6 +355,9 @@ def _apply(words: list[str], out: dict[str, str]) -> None:
         if verb not in ("install", "uninstall"):
             continue
         tokens, skip = rest[rest.index(verb) + 1:], False
+        # a step that installs build tools for the next step's source builds: its pins are for that build, and
+        # later steps move them (tf-models-official needs the pyyaml >= 6 that "pyyaml<6" here would refuse)
+        build_tools = "--no-build-isolation" in tokens
         for token in tokens:
             if skip:
                 skip = False
@@ -360,6 +370,8 @@ def _apply(words: list[str], out: dict[str, str]) -> None:
                 continue
             if verb == "uninstall":
                 out.pop(req[0], None)
+            elif build_tools:
+                out.setdefault(req[0], "")
             else:
                 out.pop(req[0], None)
                 out[req[0]] = req[1]
@@ -437,7 +449,8 @@ def version_entry(family: str, recipe: dict, sources: list[dict], dirs: dict[str
         if name in LEFT_OUT or family == "spark-processing" and name in SPARK_TOOLING:
             why, instead = LEFT_OUT.get(name) or ("the container repository's test and lint tooling, listed in "
                                                   "its Pipfile beside the runtime packages", "none")
-            left_out.append({"package": name, "version": packages.pop(name), "why": why, "instead": instead})
+            left_out.append({"package": name, "version": packages.pop(name), "why": why, "instead": instead,
+                             **({"excluded": True} if name in EXCLUDED else {})})
     for name, why, instead in FAMILY_LEFT_OUT.get(family, []):
         left_out.append({"package": name, "version": "", "why": why, "instead": instead})
     entry = {"python": python, "files": files, "packages": dict(sorted(packages.items())), "left_out": left_out}

@@ -667,11 +667,31 @@ def _is_version(version: str) -> bool:
     return bool(version) and version[0].isdigit()
 
 
+#: What a release after the image's day removed that the image's packages import, where the build files install
+#: the newest (no upper bound): setuptools 82 dropped pkg_resources (smexperiments imports it); pyarrow 26 needs
+#: numpy 2, which it checks only at import (datasets fails under the images' numpy<2)
+CAPS = {"setuptools": "<82"}
+NUMPY1_CAPS = {"pyarrow": "<26"}
+
+
 def unpinned(spec: ImageSpec) -> list[str]:
     """The image's packages that its build files install without a version (the newest that agrees with what is
     installed) or with a specifier only (``numpy<2``), and the platform's own packages."""
-    return [pkg + version for pkg, version in spec.pins.items() if not _is_version(version) and pkg != "torch"] \
-        + list(PLATFORM_PACKAGES)
+    numpy1 = spec.pins.get("numpy", "").startswith("<2") or _numpy1(spec.pins, {})
+    out = []
+    for pkg, version in spec.pins.items():
+        if _is_version(version) or pkg == "torch":
+            continue
+        cap = CAPS.get(pkg) or (NUMPY1_CAPS.get(pkg) if numpy1 else None)
+        if cap and "<" not in version:
+            version = f"{version},{cap}" if version else cap
+        out.append(pkg + version)
+    return out + list(PLATFORM_PACKAGES)
+
+
+def excludes(spec: ImageSpec) -> list[str]:
+    """The left-out packages the manifest keeps out of the resolution altogether (``"excluded": true``)."""
+    return sorted(i["package"] for i in spec.left_out if i.get("excluded"))
 
 
 def binary_args(spec: ImageSpec) -> list[str]:
@@ -686,6 +706,7 @@ def cache_key(spec: ImageSpec, python_version: str, sources: list[str], torch: s
               "unpinned": unpinned(spec), "sources": sources, "platform": sys.platform}
     if spec.framework != "user":
         fields["binary"] = binary_args(spec)
+        fields["excludes"] = excludes(spec)
     if spec.framework == "user":  # declared requirements resolve to the newest since (they took the lowest)
         fields["resolution"] = "highest"
     blob = json.dumps(fields, sort_keys=True)
@@ -798,7 +819,11 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
         cmd += binary_args(spec)
         if label.startswith("the nearest"):  # the nearest version above the image's; declared requirements
             cmd += ["--resolution", "lowest-direct"]  # resolve as pip would, to the newest that fits
-        ov_file = env_dir / "overrides.txt"
+        ov_file, ex_file = env_dir / "overrides.txt", env_dir / "excludes.txt"
+        excluded = excludes(spec)
+        if excluded:  # left out even as another package's dependency (a CUDA torchvision beside the CPU torch)
+            ex_file.write_text("\n".join(excluded) + "\n")
+            cmd += ["--excludes", str(ex_file)]
         if overrides:
             ov_file.write_text("\n".join(overrides) + "\n")
             cmd += ["--override", str(ov_file)]
@@ -807,7 +832,8 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
         if code == 0 and unpinned(spec):
             rest = [uv, "pip", "install", "--python", str(env_dir / "bin" / "python"), *sources, *unpinned(spec)]
             log(f"uv pip install {' '.join(unpinned(spec))} (newest agreeing with the above)")
-            code, out = _run(rest + (["--override", str(ov_file)] if overrides else []))
+            code, out = _run(rest + (["--override", str(ov_file)] if overrides else [])
+                             + (["--excludes", str(ex_file)] if excluded else []))
         if code == 0:
             log(_install_summary(out))
             return label
