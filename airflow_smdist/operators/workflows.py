@@ -105,7 +105,32 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         self.mask_secrets()
-        return self.run_links(context, 1, [])
+        links = self.ended_links(context)  # a retry goes on after the links its earlier tries ran
+        return self.run_links(context, len(links) + 1, links)
+
+    def ended_links(self, context: Any) -> list[dict[str, Any]]:
+        """The links earlier tries of this task instance ran to their end (Completed, or stopped at their
+        runtime limit), in order, up to the first that is missing, still running or failed: without them a
+        retry after the chain finished would find the finished marker and return no link at all."""
+        from airflow_smdist.backends.base import JobNotFound
+        from airflow_smdist.kinds import MAX_ATTEMPT_NAMES
+
+        self.own(context)
+        lifecycle, links = self.lifecycle, []
+        for link in range(1, self.max_links + 1):
+            base, last = self.link_base(context, link), None
+            for attempt in range(1, MAX_ATTEMPT_NAMES + 1):  # a link's names: base, base-r2, ... (lifecycle.choose)
+                try:
+                    last = lifecycle.describe(base if attempt == 1 else f"{base}-r{attempt}")
+                except JobNotFound:
+                    break
+            ended = last is not None and (last["TrainingJobStatus"] == "Completed" or (
+                last["TrainingJobStatus"] == "Stopped" and last.get("SecondaryStatus") == "MaxRuntimeExceeded"))
+            if not ended:
+                return links
+            lifecycle.accept_reattach(last["TrainingJobName"], last)  # this task instance's own links only
+            links.append(self.link_result(last))
+        return links
 
     def run_links(self, context: Any, start: int, links: list[dict]) -> dict[str, Any]:
         require_role(self, self.get_backend().name)

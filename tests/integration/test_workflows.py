@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_smdist._compat import AirflowException
+from airflow_smdist.backends.local import LocalBackend
 from airflow_smdist.operators.workflows import SageMakerTrainingChainOperator
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,6 +46,22 @@ def test_chain_resumes_link_after_link_until_the_marker(tmp_path, monkeypatch):
     # every unit done exactly once across the links: nothing lost or repeated at a cut
     assert state["done"] == 8 and state["total"] == pytest.approx(sum(i ** 0.5 for i in range(1, 9)))
     assert (tmp_path / "ckpt" / "FINISHED").exists()
+
+
+def test_a_retry_of_a_finished_chain_returns_its_links_instead_of_none(tmp_path, monkeypatch):
+    """A try killed after the chain finished (a zombie, a lost worker): the retry finds the finished marker, and
+    returns the links the earlier try ran, each reattached to (no link is run again)."""
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    context = ctx()
+    first = chain(tmp_path, hyperparameters={"units": 6, "seconds_per_unit": 0.5}, max_run=2, max_links=8)
+    result = first.execute(context)
+    assert result["finished"] is True and len(result["links"]) >= 2, result
+    retry = chain(tmp_path, hyperparameters={"units": 6, "seconds_per_unit": 0.5}, max_run=2, max_links=8)
+    again = retry.execute(context)
+    assert again["links"] == result["links"] and again["finished"] is True
+    assert again["model_artifacts"] == result["model_artifacts"]
+    jobs = LocalBackend(tmp_path / "jobs").list_jobs("training")
+    assert len(jobs) == len(result["links"]), jobs  # nothing started again
 
 
 def test_chain_is_bounded(tmp_path, monkeypatch):
