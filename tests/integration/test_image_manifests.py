@@ -199,3 +199,23 @@ def test_a_hugging_face_training_request_has_a_runtime_with_this_machines_torch(
     assert spec.pins["transformers"] == "4.49.0" and spec.pins["datasets"] == "3.3.2"
     assert ["torch==2.13.0+cpu"] == [r for r in runtimes.attempts(spec, "2.13.0+cpu")[0][1] if r.startswith("torch=")]
     assert {"flash-attn", "torchvision"} <= {i["package"] for i in spec.left_out}
+
+
+def test_an_image_version_that_does_not_import_on_this_python_is_raised_to_the_first_that_does(monkeypatch):
+    """six 1.15.0 (the scikit-learn and XGBoost images') installs on Python 3.12 but its ``six.moves`` does not
+    import there: on 3.12+ every requirement set asks for 1.16.0, and the runtime's note says why; on 3.11 the
+    image's own version stays."""
+    spec = runtimes.image_spec(IMAGES["scikit-learn"])
+    assert spec.pins["six"] == "1.15.0"
+    assert runtimes.python_floor("six", "1.15.0", (3, 11)) is None
+    assert runtimes.python_floor("six", "1.15.0", (3, 12)) == "1.16.0"
+    assert runtimes.python_floor("six", "1.17.0", (3, 13)) is None
+    sets = [reqs for _label, reqs in runtimes.attempts(spec, None)]
+    wanted = "1.16.0" if sys.version_info >= (3, 12) else "1.15.0"
+    assert [r for r in sets[0] if r.startswith("six")] == [f"six=={wanted}"]
+    assert all(f"six>={wanted}" in reqs for reqs in sets[1:])
+    py = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+    notes = runtimes._notes(spec, {"six": "1.16.0"}, "the image's versions")
+    if sys.version_info >= (3, 12):
+        assert f"six 1.16.0 instead of the image's 1.15.0 (1.15.0 installs on {py} but does not import there)" \
+            in notes

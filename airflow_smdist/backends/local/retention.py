@@ -158,6 +158,9 @@ def plan(backend: Any, older_than: float, *, deadline: float | None = None) -> l
     for kind in sorted(JOB_KINDS, key=lambda k: k != "tuning"):
         for name in backend.store.list(kind):
             if deadline is not None and time.monotonic() > deadline:
+                log.info("Local retention: the pass stopped after %.0fs; the jobs not looked at yet wait for "
+                         "the next pass (at most one per %.0f minutes).", RETENTION_BUDGET_SECONDS,
+                         RETENTION_INTERVAL_SECONDS / 60)
                 return with_trials(out)
             out.append(verdict(backend, kind, name, cutoff, cache))
     return with_trials(out)

@@ -632,13 +632,36 @@ def _next_minor(v: str) -> str:
     return f"{parts[0]}.{parts[1] + 1}"
 
 
+#: Versions that install on a newer Python but do not import there, by the first Python they fail on: the
+#: first version that works. six before 1.16 has no ``find_spec`` on its ``six.moves`` importer, which Python
+#: 3.12 needs (the scikit-learn image pins six 1.15.0; python-dateutil and pandas import ``six.moves``);
+#: botocore vendored six 1.10.0 until 1.23.0 (the XGBoost image's 1.20.52), and boto3 1.20.0 is the first
+#: that takes botocore 1.23 (measured here: each release's ``botocore/vendored/six.py``)
+PYTHON_FLOORS: dict[tuple[int, int], dict[str, str]] = {
+    (3, 12): {"six": "1.16.0", "botocore": "1.23.0", "boto3": "1.20.0"},
+}
+
+
+def python_floor(pkg: str, version: str, python: tuple[int, ...] | None = None) -> str | None:
+    """The first version of ``pkg`` that imports on ``python`` (this one by default), where ``version``
+    (the image's) does not; else None."""
+    python = tuple(python or sys.version_info[:2])
+    for first_python, floors in PYTHON_FLOORS.items():
+        floor = floors.get(pkg)
+        if floor and python >= first_python and _is_version(version) and _vtuple(version) < _vtuple(floor):
+            return floor
+    return None
+
+
 def attempts(spec: ImageSpec, torch: str | None) -> list[tuple[str, list[str]]]:
     """The requirement sets tried in order: the image's exact versions, then the nearest above each (same
-    minor for the framework package), then the nearest in the framework's major line."""
+    minor for the framework package), then the nearest in the framework's major line. An image's version that
+    does not import on this Python (:data:`PYTHON_FLOORS`) is the first that does, in every set."""
     if spec.framework == "user":
         return [("declared", list(spec.requirements))]
     exact, near, major = [], [], []
     for pkg, version in spec.pins.items():
+        version = python_floor(pkg, version) or version
         if pkg == "torch":
             pin = f"torch=={torch}" if torch else (f"torch=={version}.*" if _is_version(version) else "torch")
             exact.append(pin), near.append(pin), major.append(pin)
@@ -894,8 +917,10 @@ def _notes(spec: ImageSpec, versions: dict[str, str], chosen: str) -> list[str]:
         if not _is_version(want) or not have:
             continue
         if have != want and not have.startswith(want + ".") and have.split("+")[0] != want:
+            py = f"Python {sys.version_info.major}.{sys.version_info.minor}"
             why = "the only torch build on this machine (CPU)" if pkg == "torch" else \
-                f"{want} does not install on Python {sys.version_info.major}.{sys.version_info.minor} here"
+                f"{want} installs on {py} but does not import there" if python_floor(pkg, want) else \
+                f"{want} does not install on {py} here"
             notes.append(f"{pkg} {have} instead of the image's {want} ({why})")
     return notes
 
