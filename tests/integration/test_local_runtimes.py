@@ -442,5 +442,8 @@ def test_requirements_keep_what_the_image_satisfies_and_replace_only_what_they_n
     six_version = imported["six"].split()[2]
     assert f"six {six_version} in the job's layer, over the image's 1.16.0: the requirements need it " \
            "(pip in the image would replace it likewise)" in lines
+    # the runtime line is said again with the versions the job imports (six from its layer)
+    assert f"runtime: own:1 [six {six_version}, tabulate 0.8.10] (what the job imports: six from its layer)" \
+        in lines, [m for m in lines if m.startswith("runtime:")]
     layer = backend.job_dir("training", name) / "layer"
     assert not list(layer.glob("tabulate*")), list(layer.iterdir())  # what satisfies is not installed again

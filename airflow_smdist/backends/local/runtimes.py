@@ -1000,7 +1000,23 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os
         raise LayerError(install_error("InstallModuleError" if has_setup else "InstallRequirementsError", code,
                                        out, toolkit_cmd.split()))
     log(f"job layer ready in {time.time() - started:.1f}s")
-    return runtime.with_layer(str(layer))
+    return _layered(runtime, Path(layer), log)
+
+
+def _layered(runtime: Runtime, layer: Path, log: Callable[[str], None]) -> Runtime:
+    """The runtime with the job's layer, its packages at the versions the job imports: where the layer
+    replaces one of the image's, the runtime line is said again with the layer's version."""
+    from airflow_smdist.backends.local import hostfs
+
+    out = runtime.with_layer(str(layer))
+    resolved = {name: version for name, version, _line in _resolved(hostfs.read_text(layer, RESOLUTION) or "")}
+    replaced = {pkg: resolved[_norm(pkg)] for pkg, have in runtime.packages.items()
+                if resolved.get(_norm(pkg)) and resolved[_norm(pkg)] != have}
+    if not replaced:
+        return out
+    out = replace(out, packages={**runtime.packages, **replaced})
+    log(f"runtime: {out.description()} (what the job imports: {', '.join(sorted(replaced))} from its layer)")
+    return out
 
 
 def image_versions(runtime: Runtime) -> dict[str, str]:
