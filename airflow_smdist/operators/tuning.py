@@ -79,6 +79,9 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
                  random_seed: int | str | None = None, plot: bool = True, results_path: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        # a tuning job has no training insight (each trial is a training job of its own, with its own numbers):
+        # the training operator's after-job insight would describe a job that has no TrainingJobName
+        self.insight = False
         self.objective_metric_name = objective_metric_name
         self.hyperparameter_ranges = hyperparameter_ranges
         self.objective_type = objective_type

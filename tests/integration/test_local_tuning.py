@@ -8,6 +8,7 @@ trial script is pure Python (no torch), so a trial costs about half a second.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import tarfile
 import time
@@ -485,3 +486,28 @@ def test_deferred_tuning_waits_through_the_trigger_and_returns_the_same_result(t
     assert "platform" in hosts and {h for h in hosts if h.endswith("/algo-1")} and len(hosts) >= 3
     assert [e.timestamp for e in events] == sorted(e.timestamp for e in events)
     assert LocalBackend(tmp_path / "jobs").log_events("tuning", result["job_name"], cursor)[0] == []
+
+
+def test_a_failed_tuning_job_fails_its_task_with_the_reason_and_no_training_insight(tmp_path, source, monkeypatch,
+                                                                                    caplog, capfd):
+    """The tuning operator shares the training operator's arguments, not its insight (a tuning job has none:
+    each trial is a training job of its own): a failed tuning job's task fails with the job's reason, and its
+    log has no "No insight for job None" warning."""
+    from airflow.exceptions import AirflowException
+
+    from airflow_smdist.operators.tuning import SmdistTuningOperator
+
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    op = SmdistTuningOperator(
+        task_id="tune", entry_point="objective.py", source_dir=source, image_uri=IMAGE,
+        output_path=f"file://{tmp_path}/out", hyperparameters={"epochs": 1, "fail": 1}, instance_type="ml.m5.large",
+        metric_definitions=[{"Name": METRIC, "Regex": r"val_loss=([0-9.]+)"}], objective_metric_name=METRIC,
+        objective_type="Minimize", strategy="Random", max_jobs=4, max_parallel_jobs=2, random_seed=2,
+        hyperparameter_ranges=RANGES, poll_interval=0.5, smdist_conn_id=None)
+    ti = SimpleNamespace(dag_id="smdist_tests", task_id="tune", map_index=-1, xcom_push=lambda **kw: None)
+    caplog.set_level(logging.INFO)
+    with pytest.raises(AirflowException, match="simulated failure"):
+        op.execute({"ti": ti, "run_id": unique("manual")})
+    text = caplog.text + capfd.readouterr().out  # the task logger: logging on Airflow 2, structlog on 3
+    assert "Tuning job Failed" in text, text[-2000:]
+    assert "No insight for job" not in text and "Insight of failed job" not in text, text[-2000:]
