@@ -78,8 +78,12 @@ def wait_until(predicate, timeout: float = 120, what: str = "") -> None:
 
 
 def age(backend, name: str, seconds: float) -> None:
-    """Make the finished job ``name`` look as if it had ended ``seconds`` ago (its state's end time)."""
-    path = backend.job_dir("training", name) / "state.json"
+    """Make the finished job ``name`` look as if it had ended ``seconds`` ago (its state's end time), once its
+    supervisor has exited (a job whose supervisor still runs is kept, and its last write of the state would
+    undo the age: on a loaded machine it exits a while after the job reads Completed)."""
+    job_dir = backend.job_dir("training", name)
+    wait_until(lambda: backend._supervisor_pid(job_dir) is None, what=f"{name}'s supervisor to exit")
+    path = job_dir / "state.json"
     state = read_json(path)
     state["ended"] = time.time() - seconds
     write_json_atomic(path, state)
@@ -228,4 +232,5 @@ def test_local_retention_prunes_at_submit_at_most_every_interval(home, backend, 
     stamp = path / "jobs" / ".retention"
     os.utime(stamp, (time.time() - retention.RETENTION_INTERVAL_SECONDS - 1,) * 2)
     submit(connected, path, "talk.py", hps={"lines": 1})
-    assert not backend.job_dir("training", fresh).exists()
+    assert not backend.job_dir("training", fresh).exists(), \
+        [v for v in retention.plan(backend, DAY) if v.name == fresh]
