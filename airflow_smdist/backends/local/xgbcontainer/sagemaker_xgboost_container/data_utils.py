@@ -108,7 +108,7 @@ def _get_csv_delimiter(sample_csv_line):
         delimiter = csv.Sniffer().sniff(sample_csv_line).delimiter
         logging.info("Determined delimiter of CSV input is '{}'".format(delimiter))
     except Exception as e:
-        raise exc.UserError("Could not determine delimiter on line {}:\n{}".format(sample_csv_line[:50], e))
+        raise exc.UserError("Could not determine delimiter on line {}:\n{}".format(sample_csv_line[:50], e)) from e
     return delimiter
 
 
@@ -199,7 +199,7 @@ def _get_csv_dmatrix_file_mode(files_path, csv_weights):
     try:
         return _xgb().DMatrix(uri + ("&weight_column=1" if csv_weights == 1 else ""))
     except Exception as e:
-        raise exc.UserError("Failed to load csv data with exception:\n{}".format(e))
+        raise exc.UserError("Failed to load csv data with exception:\n{}".format(e)) from e
 
 
 def get_csv_dmatrix(path, csv_weights, is_pipe=False):
@@ -218,7 +218,7 @@ def get_libsvm_dmatrix(files_path, is_pipe=False):
     try:
         return xgb.DMatrix(uri)
     except Exception as e:
-        raise exc.UserError("Failed to load libsvm data with exception:\n{}".format(e))
+        raise exc.UserError("Failed to load libsvm data with exception:\n{}".format(e)) from e
 
 
 def get_parquet_dmatrix(path, is_pipe=False):
@@ -231,7 +231,7 @@ def get_parquet_dmatrix(path, is_pipe=False):
         data = pq.read_table(path).to_pandas().to_numpy()
         return _xgb().DMatrix(data[:, 1:], label=data[:, 0])
     except Exception as e:
-        raise exc.UserError("Failed to load parquet data with exception:\n{}".format(e))
+        raise exc.UserError("Failed to load parquet data with exception:\n{}".format(e)) from e
 
 
 def get_recordio_protobuf_dmatrix(path, is_pipe=False):
