@@ -115,8 +115,11 @@ FAMILY_LEFT_OUT: dict[str, list[tuple[str, str, str]]] = {
     "scikit-learn": [("sagemaker-sklearn-container", "the container's own package (its serving and training "
                       "entry points), not on PyPI", "the local backend's training toolkit and transform engine")],
     "xgboost": [("sagemaker-xgboost-container", "the container's own package (built-in algorithm, rabit "
-                 "helpers, data loaders), not on PyPI", "the project's built-in XGBoost algorithm "
-                 "(backends/local/builtin_xgboost.py)"),
+                 "helpers, data loaders), not on PyPI",
+                 "script mode: the project's stand-in for the package's import surface (distributed: rabit_run, "
+                 "Rabit, wait_hostname_resolution; data_utils: get_dmatrix, get_content_type, ...; constants; "
+                 "sagemaker_algorithm_toolkit.exceptions), backends/local/xgbcontainer/, on the job's PYTHONPATH; "
+                 "algorithm mode: the project's built-in XGBoost algorithm (backends/local/builtin_xgboost.py)"),
                 ("mlio", "built from source in the image (awslabs/ml-io), not on PyPI", "none")],
     "spark-processing": [("spark", "EMR's Spark and Hadoop RPMs (spark-core, spark-python, hadoop, emrfs), not "
                           "Python packages", "PyPI's pyspark at the image's Spark version (its bundled Spark)")],

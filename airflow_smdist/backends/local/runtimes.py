@@ -247,8 +247,46 @@ def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
     module.mkdir(parents=True, exist_ok=True)
     (module / "__init__.py").write_text('"""pip of a local job: installs into the job\'s layer."""\n')
     (module / "__main__.py").write_text(f"import os, sys\nos.execv({str(shim)!r}, [{str(shim)!r}, *sys.argv[1:]])\n")
-    rt = replace(rt, env={**rt.env, "PYTHONPATH": f"{layer}{os.pathsep}{module.parent}"})
+    path = [str(layer), str(module.parent)]
+    site = image_site(rt, Path(job_dir))
+    if site:  # last: what the job installs goes first, as pip in the image installs over the image's own
+        path.append(site)
+    rt = replace(rt, env={**rt.env, "PYTHONPATH": os.pathsep.join(path)})
     return replace(rt, job_bin=str(job_bin), layer_bin=str(layer / "bin"))
+
+
+#: What an image has of its own that scripts import and PyPI does not have, stood in for by the project
+#: (backends/local/xgbcontainer/): manifest family -> the packages copied into the job's ``platform/site``
+IMAGE_PACKAGES: dict[str, tuple[str, ...]] = {
+    "xgboost": ("sagemaker_xgboost_container", "sagemaker_algorithm_toolkit"),
+}
+#: Python 3.10 removed ``collections``' ABC aliases, which the older images' packages use (sagemaker-containers):
+#: an image of an older Python run on 3.10+ gets them back, as the ``sitecustomize`` of its site directory
+COMPAT_BEFORE = (3, 10)
+
+
+def image_python(rt: Runtime) -> tuple[str | None, str | None]:
+    """(family, the image's Python version) of a runtime built from a manifest, else (None, None)."""
+    file, _, version = (rt.manifest or "").partition(" ")
+    data = next((d for d in manifests().values() if d["file"] == file), None)
+    if data is None:
+        return None, None
+    return data["family"], (data["versions"].get(version) or {}).get("python")
+
+
+def image_site(rt: Runtime, job_dir: Path) -> str | None:
+    """The job's ``platform/site``: the project's stand-ins for the image's own packages
+    (:data:`IMAGE_PACKAGES`), importable by the job's code as the image's are; None for an image without any."""
+    family, python = image_python(rt)
+    if family not in IMAGE_PACKAGES:
+        return None
+    source, site = Path(__file__).resolve().parent / "xgbcontainer", job_dir / "platform" / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    for package in IMAGE_PACKAGES[family]:
+        shutil.copytree(source / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
+    if python and _vtuple(python) < COMPAT_BEFORE <= sys.version_info[:2]:
+        shutil.copyfile(source / "py39_compat.py", site / "sitecustomize.py")
+    return str(site)
 
 
 # -- images -------------------------------------------------------------------------------------------------
@@ -267,6 +305,7 @@ class ImageSpec:
     left_out: tuple = ()  # what the image has that the runtime cannot: ({package, version, why, instead}, ...)
     source_builds: tuple = ()  # packages PyPI has as source only: allowed to build (the rest installs as wheels)
     manifest: str | None = None  # the manifest file and version it comes from, e.g. "scikit-learn.json 1.2"
+    image_python: str | None = None  # the Python of the image (its manifest's), e.g. "3.9"
 
     def label(self) -> str:
         return f"{self.image.rsplit('/', 1)[-1]}"
@@ -327,7 +366,8 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
                 package = local_package
         return ImageSpec(image=image, framework=framework, version=version, package=package, pins=pins,
                          notes=notes, left_out=tuple(entry.get("left_out") or ()),
-                         source_builds=tuple(data.get("source_builds") or ()), manifest=f"{data['file']} {key}")
+                         source_builds=tuple(data.get("source_builds") or ()), manifest=f"{data['file']} {key}",
+                         image_python=entry.get("python"))
     raise RuntimeError_(field_name, f"{image!r} is not a SageMaker framework image with a local runtime, and no "
                         "local runtime is declared for it.",
                         f"declare one: Environment {{'{REQUIREMENTS_KEY}': 'pkg==1.0 other'}} (requirement lines) or "
@@ -709,7 +749,28 @@ def unpinned(spec: ImageSpec) -> list[str]:
         if cap and "<" not in version:
             version = f"{version},{cap}" if version else cap
         out.append(pkg + version)
-    return out + list(PLATFORM_PACKAGES)
+    return out + python_additions(spec) + list(PLATFORM_PACKAGES)
+
+
+#: What an image's Python has in its standard library and a newer Python has not, by the first Python without it:
+#: the package that gives it back. distutils left the standard library in 3.12; setuptools provides it (its
+#: ``distutils-precedence.pth``), and the older images' packages import it (sagemaker-containers' ``_env``:
+#: ``from distutils import util``), as every image with pip has setuptools
+STDLIB_GONE: dict[tuple[int, int], tuple[str, str]] = {(3, 12): ("distutils", "setuptools<82")}
+
+
+def python_additions(spec: ImageSpec, python: tuple[int, ...] | None = None) -> list[str]:
+    """The packages a runtime on ``python`` (this one by default) adds for what the image's older Python has in
+    its standard library (:data:`STDLIB_GONE`), unless the image installs them itself."""
+    python = tuple(python or sys.version_info[:2])
+    if not spec.image_python:
+        return []
+    out = []
+    for first, (_module, requirement) in STDLIB_GONE.items():
+        name = re.split(r"[<>=!~ ]", requirement, maxsplit=1)[0]
+        if _vtuple(spec.image_python) < first <= python and name not in spec.pins:
+            out.append(requirement)
+    return out
 
 
 def excludes(spec: ImageSpec) -> list[str]:
@@ -928,9 +989,11 @@ def _notes(spec: ImageSpec, versions: dict[str, str], chosen: str) -> list[str]:
 def load(final: Path, spec: ImageSpec | None = None) -> Runtime:
     meta = json.loads((final / "runtime.json").read_text())
     name = meta["image"].rsplit("/", 1)[-1] if spec is None else spec.label()
+    # what is left out and what stands in, as the manifest says it now (a runtime built before says it as then)
+    left_out = spec.left_out if spec is not None and spec.manifest == meta.get("manifest") else meta.get("left_out")
     return Runtime(name=name, python=str(final / "bin" / "python"), bin_dir=str(final / "bin"), root=str(final),
                    packages=meta.get("packages") or {}, notes=tuple(meta.get("notes") or ()),
-                   left_out=tuple(meta.get("left_out") or ()), manifest=meta.get("manifest"))
+                   left_out=tuple(left_out or ()), manifest=meta.get("manifest"))
 
 
 # -- per job ------------------------------------------------------------------------------------------------
