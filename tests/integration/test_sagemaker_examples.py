@@ -1,0 +1,133 @@
+"""Public SageMaker scripts, unmodified (tests/fixtures/sagemaker_examples/README.md: source, commit, license,
+md5), run as a DAG runs them: the training operator, a local job of the image each was written for.
+
+The md5 check runs everywhere. The Hugging Face job needs the huggingface-pytorch-training runtime (transformers,
+datasets, accelerate, ...: gigabytes, see benchmarks/results.md): built only with
+``SMDIST_TEST_IMAGE_RUNTIMES=all`` or ``=huggingface-pytorch-training``, as test_image_manifests.py does."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tarfile
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_smdist.backends.local import launcher
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(os.path.dirname(HERE), "fixtures", "sagemaker_examples")
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+HEAVY_ENV = "SMDIST_TEST_IMAGE_RUNTIMES"
+
+
+def _listed() -> dict[str, str]:
+    """file -> md5, from the README's table."""
+    with open(os.path.join(EXAMPLES, "README.md"), encoding="utf-8") as f:
+        rows = [ln for ln in f if ln.startswith("| `")]
+    out = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        out[cells[0].strip("`")] = cells[-1].strip("`")
+    return out
+
+
+def test_every_public_script_is_listed_and_unmodified():
+    """Each script under sagemaker_examples/ has a row in the README, and its bytes are the fetched ones."""
+    listed = _listed()
+    on_disk = {os.path.relpath(os.path.join(d, f), EXAMPLES) for d, _, fs in os.walk(EXAMPLES) for f in fs
+               if f != "README.md" and "__pycache__" not in d}
+    assert on_disk == set(listed), (on_disk, listed)
+    for rel, md5 in listed.items():
+        assert re.fullmatch(r"[0-9a-f]{32}", md5), (rel, md5)
+        with open(os.path.join(EXAMPLES, rel), "rb") as f:
+            assert hashlib.md5(f.read()).hexdigest() == md5, f"{rel} was changed: fetch a new version instead"
+
+
+def _wanted(family: str) -> bool:
+    wanted = {f.strip() for f in os.environ.get(HEAVY_ENV, "").split(",") if f.strip()}
+    return "all" in wanted or family in wanted
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet (every byte a printable character), so a vocabulary of the 256 bytes covers
+    any text."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+def _byte_level_tokenizer(path) -> None:
+    """A GPT-2 tokenizer written as files (vocab.json of the 256 bytes, no merges): what
+    ``AutoTokenizer.from_pretrained(dir)`` loads without the Hub."""
+    path.mkdir()
+    vocab = {ch: i for i, ch in enumerate(_bytes_to_unicode().values())}
+    vocab["<|endoftext|>"] = len(vocab)
+    (path / "vocab.json").write_text(json.dumps(vocab))
+    (path / "merges.txt").write_text("#version: 0.2\n")
+    (path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer",
+                                                            "model_max_length": 64}))
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.skipif(launcher.namespace_prefix() is None, reason="the script's paths are /opt/ml paths: a host "
+                    f"in its own mount namespace ({launcher.namespaces_available()})")
+def test_hugging_face_run_clm_trains_a_model_built_from_its_config_in_a_hugging_face_job(tmp_path, monkeypatch):
+    """AWS's copy of Hugging Face's run_clm.py (Trainer), unmodified, in a huggingface-pytorch-training job: the
+    model comes from ``--model_type gpt2 --config_overrides`` (AutoModelForCausalLM.from_config, no weights), the
+    tokenizer and the text from the job's channels, no Hub (HF_HUB_OFFLINE=1 as in a network-isolated job); it
+    trains, evaluates (perplexity) and saves the model SageMaker uploads."""
+    if not _wanted("huggingface-pytorch-training"):
+        pytest.skip(f"a heavy runtime: run with {HEAVY_ENV}=all or =huggingface-pytorch-training")
+    from airflow_smdist.backends.local import LocalBackend
+    from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+
+    monkeypatch.setenv("SMDIST_LOCAL_RUNTIME", "image")
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    _byte_level_tokenizer(tmp_path / "tokenizer")
+    words = ["sagemaker", "airflow", "trains", "a", "small", "model", "on", "two", "hosts", "today"]
+    for split, lines in (("train", 300), ("validation", 40)):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / f"{split}.txt").write_text(
+            "".join(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(8)) + "\n" for i in range(lines)))
+    source = os.path.join(EXAMPLES, "hf_run_clm")
+    op = SageMakerDistributedTrainingOperator(
+        task_id="clm", entry_point="run_clm.py", source_dir=source, framework="huggingface",
+        framework_version="4.49.0", base_framework_version="pytorch2.5.1", py_version="py311",
+        instance_type="ml.g5.xlarge", instance_count=1, role=ROLE, output_path=f"file://{tmp_path}/out",
+        inputs={"train": f"file://{tmp_path}/train", "validation": f"file://{tmp_path}/validation",
+                "tokenizer": f"file://{tmp_path}/tokenizer"},
+        environment={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+        hyperparameters={
+            "model_type": "gpt2", "config_overrides": "n_embd=32,n_layer=2,n_head=2,n_positions=64",
+            "tokenizer_name": "/opt/ml/input/data/tokenizer",
+            "train_file": "/opt/ml/input/data/train/train.txt",
+            "validation_file": "/opt/ml/input/data/validation/validation.txt",
+            "block_size": 32, "do_train": True, "do_eval": True, "max_steps": 20, "learning_rate": 0.005,
+            "per_device_train_batch_size": 8, "per_device_eval_batch_size": 8, "save_strategy": "no",
+            "logging_steps": 5, "output_dir": "/opt/ml/model", "report_to": "none"},
+        poll_interval=1)
+    ti = SimpleNamespace(dag_id="dag", task_id="clm", map_index=-1, try_number=1)
+    result = op.execute({"ti": ti, "run_id": f"run-{uuid.uuid4().hex}"})
+    backend = LocalBackend(tmp_path / "jobs")
+    lines = [e.message for e in backend.log_events("training", result["job_name"])[0]]
+    assert result["status"] == "Completed", (result, lines[-40:])
+    assert any(m.endswith("You are instantiating a new config instance from scratch.") for m in lines), lines[-40:]
+    assert not any("huggingface.co" in m for m in lines), [m for m in lines if "huggingface.co" in m]
+    assert "***** train metrics *****" in lines and "***** eval metrics *****" in lines, lines[-40:]
+    perplexity = [float(m.split("=")[-1]) for m in lines if re.match(r"^\s*perplexity\s*=", m)]
+    assert perplexity and perplexity[0] < 257, lines[-30:]  # below a uniform guess over the 257 tokens
+    with tarfile.open(result["model_artifacts"][len("file://"):]) as tar:
+        names = set(tar.getnames())
+    assert {"config.json", "model.safetensors", "train_results.json", "eval_results.json"} <= names, names
