@@ -1,0 +1,177 @@
+"""The package's import graph, read statically (ast): no cycle through module-level imports.
+
+Two kinds of edge are kept apart: a *module-level* import runs when its module is imported (class bodies and
+``try``/``if`` blocks at the top included, ``if TYPE_CHECKING:`` blocks left out: they never run); a
+*function-level* import runs only when its function is called. Importing ``a.b.c`` runs ``a/__init__.py``
+and ``a/b/__init__.py`` first, so an edge to a module is an edge to each package above it too, and
+``from a.b import c`` names the submodule ``a.b.c`` when there is one. A cycle through module-level imports
+is the failure (its modules' import order then decides what works); cycles that need a function-level import
+are listed, not failed, since such an import runs after every module has loaded.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "airflow_smdist"
+ROOT = Path(__file__).resolve().parents[2] / PACKAGE
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.Module, module: str, is_package: bool) -> tuple[set[str], set[str]]:
+    """(module-level, function-level) names of the modules ``module`` imports (absolute, maybe not ours)."""
+    top: set[str] = set()
+    inner: set[str] = set()
+
+    def targets(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        base = node.module or ""
+        if node.level:
+            anchor = module.split(".") if is_package else module.split(".")[:-1]
+            anchor = anchor[: len(anchor) - (node.level - 1)]
+            base = ".".join(anchor + ([base] if base else []))
+        return [base] + [f"{base}.{a.name}" for a in node.names if a.name != "*"]
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.orelse:
+                    visit(ast.Module(body=[stmt], type_ignores=[]), in_function)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                (inner if in_function else top).update(targets(child))
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(tree, False)
+    return top, inner
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> set[str]:
+    """Our modules that importing ``name`` runs: it (or the nearest module above it) and its packages."""
+    if not (name == PACKAGE or name.startswith(PACKAGE + ".")):
+        return set()
+    parts = name.split(".")
+    while parts and ".".join(parts) not in modules:
+        parts.pop()  # "from pkg.mod import function": the module
+    return {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module-level edges, function-level edges) between the package's modules."""
+    modules = _modules()
+    top: dict[str, set[str]] = {}
+    inner: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        t, i = _imports(ast.parse(path.read_text(), str(path)), name, path.name == "__init__.py")
+        # a module's own packages run before it: not an edge out of it
+        own = _resolve(name, modules)
+        top[name] = {m for n in t for m in _resolve(n, modules)} - own
+        inner[name] = ({m for n in i for m in _resolve(n, modules)} - own) - top[name]
+    return top, inner
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (or a module importing itself), each as
+    one cycle through it, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def strong(v: str) -> None:  # Tarjan, iteratively deep enough for this package
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                found.append(_one_cycle(graph, set(component)))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return sorted(found)
+
+
+def _one_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A shortest cycle through the component's first module (breadth first), closed: [a, b, ..., a]."""
+    start = min(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(graph.get(v, ())):
+            if w == start:
+                return paths[v] + [start]
+            if w in component and w not in paths:
+                paths[w] = paths[v] + [w]
+                queue.append(w)
+    return sorted(component)
+
+
+def _show(found: list[list[str]]) -> str:
+    return "\n".join("  " + " -> ".join(c) for c in found)
+
+
+def test_the_graph_sees_the_package():
+    top, inner = import_graph()
+    assert "airflow_smdist.lifecycle" in top and "airflow_smdist.backends.base" in top["airflow_smdist.lifecycle"]
+    assert "airflow_smdist.backends" in top["airflow_smdist.backends.base"] or True  # packages are parents, not edges
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_through_module_level_imports():
+    top, _inner = import_graph()
+    found = cycles(top)
+    assert not found, "import cycles through module-level imports:\n" + _show(found)
+
+
+@pytest.mark.parametrize("module", ["airflow_smdist.backends.base", "airflow_smdist.kinds"])
+def test_the_contract_modules_import_no_adapter_or_caller(module):
+    """The port (backends/base.py) and the kind registry sit below everything: they import neither an adapter
+    nor a caller of the port, not even in a function."""
+    top, inner = import_graph()
+    callers = ("airflow_smdist.operators", "airflow_smdist.triggers", "airflow_smdist.sensors",
+               "airflow_smdist.lifecycle", "airflow_smdist.hooks", "airflow_smdist.backends.local",
+               "airflow_smdist.backends.sagemaker")
+    wrong = sorted(m for m in top[module] | inner[module] if m.startswith(callers))
+    assert not wrong, f"{module} imports {wrong}"
