@@ -30,6 +30,7 @@ import sys
 import threading
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 #: CPU below this (percent of one core, summed over the host's processes) counts as idle
@@ -58,8 +59,9 @@ INSTANCE_METRICS = {"CPUUtilization": "cpu_percent", "MemoryUtilization": "memor
 # -- collecting ------------------------------------------------------------------------------------------
 def collect(backend: Any, description: dict[str, Any]) -> tuple[list[dict], list[dict]]:
     """(metric points ``{name, value, t, host}``, utilization samples ``{t, host, cpu_percent, ...}``)."""
-    if backend.name == "local":
-        return _collect_local(backend, description["TrainingJobName"])
+    name = description["TrainingJobName"]
+    if backend.job_dir("training", name) is not None:  # a backend that keeps the job here: its own records
+        return _collect_local(backend, name)
     return _collect_cloudwatch(backend, description)
 
 
@@ -67,7 +69,7 @@ def _collect_local(backend: Any, name: str) -> tuple[list[dict], list[dict]]:
     from airflow_smdist.backends.local.sampler import read_utilization
     from airflow_smdist.backends.local.store import read_jsonl
 
-    job_dir = backend.job_dir("training", name)
+    job_dir: Path = backend.job_dir("training", name)
     points, _ = read_jsonl(job_dir / "metrics.jsonl")
     return points, read_utilization(job_dir)
 
@@ -439,10 +441,11 @@ def interruption_findings(description: dict[str, Any], lost: list[dict], clashes
 
 def _checkpoint_clashes(backend: Any, name: str) -> dict[str, list[str]]:
     """Checkpoint keys several hosts wrote (the local backend records them; SageMaker does not tell)."""
-    if getattr(backend, "name", None) != "local":
+    job_dir = backend.job_dir("training", name)
+    if job_dir is None:
         return {}
     try:
-        state = json.loads((backend.job_dir("training", name) / "state.json").read_text())
+        state = json.loads((job_dir / "state.json").read_text())
     except (OSError, ValueError):
         return {}
     return dict(state.get("checkpoint_clashes") or {})

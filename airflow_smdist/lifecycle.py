@@ -62,6 +62,8 @@ from airflow_smdist.backends.base import (
     JobNotFound,
     LogEvent,
     ResourceExists,
+    StatusSource,
+    capabilities,
 )
 from airflow_smdist.kinds import MAX_ATTEMPT_NAMES, JobKindInfo, kind_info
 
@@ -73,6 +75,13 @@ THROTTLING_CODES = frozenset({"Throttling", "ThrottlingException", "TooManyReque
                               "SlowDown", "RequestThrottled"})
 BASE_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 60.0
+#: how far before the status a wait started from (a trigger's ``as_of``, this machine's clock) its first List
+#: call looks, to cover clock skew between us and the service
+LIST_OVERLAP_SECONDS = 60.0
+#: later List calls look back this far before the previous call's time on the service's own clock (its
+#: response's Date header): a change is visible to List within this long of its LastModifiedTime (the
+#: service's List index is eventually consistent; the margin also covers the Date header's 1 s resolution)
+LIST_SETTLE_SECONDS = 5.0
 #: log lines kept for the error of a failed job
 LAST_LINES = 20
 #: how long stopping waits for the jobs to end
@@ -279,7 +288,7 @@ class JobLifecycle:
 
     # -- name, submit or reattach ----------------------------------------------------------------------------
     def job_tags(self, name: str) -> dict[str, str]:
-        tags = call_with_backoff(lambda: self.backend.list_tags(self.info.name, name),  # type: ignore[attr-defined]
+        tags = call_with_backoff(lambda: self.backend.list_tags(self.info.name, name),
                                  counter=self.calls, what="tags")
         return {t["Key"]: t["Value"] for t in tags}
 
@@ -415,8 +424,7 @@ class JobLifecycle:
     def no_lines_yet(self, secondary_statuses: list[Any]) -> bool:
         """Whether jobs in these secondary statuses have no log line to read yet on this backend (on SageMaker:
         their containers have not started), so a wait makes no log call for them."""
-        return bool(getattr(self.backend, "silent_before_containers", False)) and self.info.no_lines_yet(
-            secondary_statuses)
+        return self.backend.silent_before_containers and self.info.no_lines_yet(secondary_statuses)
 
     def print_events(self, name: str, events: Iterable[LogEvent], *, label: bool = False) -> None:
         """Log a job's lines (each behind the job's name when ``label``) and keep them for its error."""
@@ -554,17 +562,15 @@ class JobLifecycle:
 
 
 class CoalescedRounds:
-    """:meth:`JobLifecycle.wait_all`'s rounds over several jobs on a backend with a ``status_source()``
-    (SageMaker): per round one ``List*Jobs`` call for the changes since the last one and one log round (one
+    """:meth:`JobLifecycle.wait_all`'s rounds over several jobs on a backend whose capabilities say
+    ``coalesced_waits`` (SageMaker), read from its ``status_source()``: per round one ``List*Jobs`` call for the changes since the last one and one log round (one
     ``FilterLogEvents`` for every job's streams), where polling each job would make a Describe and its own log
     calls. A job is described once, when its summary says it has ended (its FailureReason, metrics and
     artifacts are not in the summary). The blocking twin of the triggers' ``CoalescedPoller`` and
     ``CoalescedLogPoller``, with the same source (so the same throttling backoff). A List call that fails
     for another reason than throttling (a role without ``sagemaker:List*Jobs``) falls back to polling each job."""
 
-    def __init__(self, lifecycle: JobLifecycle, source: Any) -> None:
-        from airflow_smdist.triggers.base import LIST_OVERLAP_SECONDS
-
+    def __init__(self, lifecycle: JobLifecycle, source: StatusSource) -> None:
         self.lc = lifecycle
         self.source = source
         self.runner = asyncio.Runner()
@@ -578,8 +584,12 @@ class CoalescedRounds:
 
     @classmethod
     def open(cls, lifecycle: JobLifecycle) -> CoalescedRounds | None:
-        make = getattr(lifecycle.backend, "status_source", None)
-        return cls(lifecycle, make()) if make is not None else None
+        """The rounds of a backend whose waits of several jobs coalesce (its capabilities say), else None."""
+        if not capabilities(lifecycle.backend).coalesced_waits:
+            return None
+        source = lifecycle.backend.status_source()
+        source.acquire()
+        return cls(lifecycle, source)
 
     def _run(self, coro: Awaitable[T]) -> T:
         before = dict(self.source.calls)
@@ -592,8 +602,6 @@ class CoalescedRounds:
     def round(self, names: list[str]) -> list[tuple[str, dict[str, Any]]]:
         if self.fallback:
             return self.lc.round(names, label=True)
-        from airflow_smdist.triggers.base import LIST_SETTLE_SECONDS
-
         info = self.lc.info
         try:
             summaries, server_time = self._run(self.source.changes(info.name, self.since))
@@ -608,8 +616,10 @@ class CoalescedRounds:
         out = []
         for name in list(names):
             summary = summaries.get(name)
-            state = (info.status(summary), summary.get("SecondaryStatus")) if summary is not None else None
-            if state is None or self.seen.get(name) == state:
+            if summary is None:
+                continue
+            state = (info.status(summary), summary.get("SecondaryStatus"))
+            if self.seen.get(name) == state:
                 continue
             self.seen[name] = state
             self.lc._report(name, summary)

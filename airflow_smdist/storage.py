@@ -92,12 +92,7 @@ class Storage:
     def for_backend(cls, backend) -> Storage:
         """Storage that reaches a backend's objects: the Airflow ``aws`` connection's S3 client (through the
         Amazon provider's S3Hook) for the sagemaker backend; the local backend's endpoint otherwise."""
-        if getattr(backend, "name", None) == "sagemaker":
-            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
-            hook = S3Hook(aws_conn_id=backend.aws_conn_id, region_name=backend.region_name)
-            return cls(region_name=hook.region_name, client=hook.get_conn())
-        return cls(endpoint_url=getattr(backend, "s3_endpoint_url", None))
+        return backend.storage()
 
     @property
     def s3(self):

@@ -8,9 +8,13 @@ to this protocol, so the same DAG runs on the ``local`` backend and on ``sagemak
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from airflow_smdist.kinds import JOB_KINDS, KINDS, JobKind, Operation, kind_info
+
+if TYPE_CHECKING:
+    from airflow_smdist.storage import Storage
 
 __all__ = ["JOB_KINDS", "KINDS", "JobKind", "kind_info"]  # re-exported: the registry lives in kinds.py
 
@@ -99,11 +103,97 @@ class JobNotFound(ResourceNotFound):
         super().__init__(f"{kind} job {name!r} does not exist", code="ValidationException")
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend allows and offers, as facts the operators, links and waits read instead of its name."""
+
+    #: requests may name ``file://`` URIs (the job's data and code stay on this machine)
+    local_uris: bool = False
+    #: jobs run as a real IAM role: an operator needs ``role`` (the local placeholder is refused)
+    iam_role: bool = False
+    #: where a job's console links go: "aws" (the AWS console's job and log pages), "plugin" (the job page the
+    #: provider's Airflow plugin serves), None (no links)
+    console: Literal["aws", "plugin"] | None = None
+    #: a blocking wait of several jobs reads their statuses and lines from the backend's status source in
+    #: coalesced rounds (one List, one log read for all; see lifecycle.CoalescedRounds) instead of per job
+    coalesced_waits: bool = False
+
+
+#: each backend's capabilities by name, for the callers that hold a backend's name only (an XCom's link
+#: arguments, a plan made for a named backend): the adapters' own ``capabilities`` are these
+CAPABILITIES: dict[str, Capabilities] = {
+    "local": Capabilities(local_uris=True, iam_role=False, console="plugin", coalesced_waits=False),
+    "sagemaker": Capabilities(local_uris=False, iam_role=True, console="aws", coalesced_waits=True),
+}
+
+
+def capabilities(backend: Backend | str | None) -> Capabilities:
+    """A backend's capabilities (a Backend, or its name: none for a name no backend has)."""
+    if backend is None or isinstance(backend, str):
+        return CAPABILITIES.get(backend or "", Capabilities())
+    return backend.capabilities
+
+
+class LogReader(Protocol):
+    """The new log lines of a changing set of jobs of one kind, one read for all of them a round (what the
+    triggers' ``CoalescedLogPoller`` and the blocking ``CoalescedRounds`` read with)."""
+
+    #: a job has no line to read before its containers start (its secondary status says so): a wait makes
+    #: no round while every job it watches is so
+    silent_before_containers: bool
+
+    def add(self, name: str, cursor: Any) -> None:
+        """Read ``name``'s lines from ``cursor`` (None: from the start) from the next round on."""
+
+    def remove(self, name: str) -> None:
+        """Read no more of ``name``'s lines."""
+
+    async def read(self) -> dict[str, tuple[list[LogEvent], Any]]:
+        """One round: the new lines of each job that has some, and its cursor after them."""
+        ...
+
+
+class StatusSource(Protocol):
+    """A backend's statuses and log lines for many jobs with few calls, asynchronously: what the triggers'
+    pollers and ``CoalescedRounds`` share. Shared by several pollers: each calls :meth:`acquire` when it
+    starts using it and :meth:`close` when it stops; the last close releases the clients."""
+
+    #: calls made so far, by what ("list", "describe", "logs", ...)
+    calls: dict[str, int]
+
+    def acquire(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def changes(self, kind: str, since: float | None) -> tuple[dict[str, dict[str, Any]], float | None]:
+        """(the summaries of the jobs of ``kind`` modified after ``since`` (epoch), by name; the source's
+        clock when it answered (epoch; None when unknown))."""
+        ...
+
+    async def changed_since(self, kind: str, since: float | None) -> dict[str, dict[str, Any]]: ...
+
+    async def describe(self, kind: str, name: str) -> dict[str, Any]:
+        """Describe*Job. Raises JobNotFound."""
+        ...
+
+    def log_reader(self, kind: str) -> LogReader:
+        """A reader of the new lines of a changing set of jobs of ``kind`` (one per log poller)."""
+        ...
+
+
 @runtime_checkable
 class Backend(Protocol):
-    """What every backend does, for every job kind."""
+    """What every backend does, for every job kind: all that the operators, sensors, triggers and the
+    lifecycle use of a backend (nothing outside ``backends/`` asks for a backend by its name)."""
 
     name: str
+    #: what this backend allows and offers (see :class:`Capabilities`)
+    capabilities: Capabilities
+    #: a job writes no log line the backend can read before its containers start (CloudWatch): see
+    #: ``JobKindInfo.no_lines_yet``
+    silent_before_containers: bool
+    #: the S3 endpoint this backend's jobs use, where it sets one (the local backend's connection setting)
+    s3_endpoint_url: str | None
 
     def check(self, kind: JobKind, request: dict[str, Any]) -> None:
         """Raise SpecError for what :meth:`submit` would refuse of ``request`` before calling or writing
@@ -127,3 +217,60 @@ class Backend(Protocol):
     ) -> tuple[list[LogEvent], Any]:
         """New log events of every host since ``cursor`` (None: from the start), ordered by time, and the
         cursor to pass next time. Cursors are JSON-serialisable so a trigger can carry them."""
+
+    def list_tags(self, kind: JobKind, name: str) -> list[dict[str, str]]:
+        """ListTags of the job (every page). Raises JobNotFound."""
+        ...
+
+    def list_jobs(self, kind: JobKind, *, name_contains: str | None = None,
+                  status: str | None = None) -> list[dict[str, Any]]:
+        """List*Jobs summaries (every page), optionally filtered by name substring and status."""
+        ...
+
+    def list_training_jobs_for_tuning_job(self, name: str, *, status_equals: str | None = None,
+                                          sort_by: str | None = None,
+                                          sort_order: str | None = None) -> list[dict[str, Any]]:
+        """ListTrainingJobsForHyperParameterTuningJob: every trial's summary (every page)."""
+        ...
+
+    def create_model(self, request: dict[str, Any]) -> str:
+        """CreateModel; the model's ARN. Raises ResourceExists."""
+        ...
+
+    def describe_model(self, name: str) -> dict[str, Any]:
+        """DescribeModel. Raises ModelNotFound."""
+        ...
+
+    def delete_model(self, name: str) -> None: ...
+
+    def status_source(self) -> StatusSource:
+        """A new asynchronous source of this backend's statuses and log lines (not yet acquired)."""
+        ...
+
+    def status_source_key(self) -> tuple[Any, ...]:
+        """What identifies this backend's status source: backends with the same key share one source (and its
+        pollers) in a triggerer's event loop."""
+        ...
+
+    def first_log_cursor(self, created: float | None) -> Any:
+        """The log cursor a wait starts from for a job created at ``created`` (epoch; None: unknown)."""
+        ...
+
+    def log_cursor_path(self, kind: JobKind, name: str) -> Path:
+        """Where a trigger keeps the job's log cursor, so that a trigger rebuilt after a triggerer restart
+        resumes it."""
+        ...
+
+    def job_dir(self, kind: JobKind, name: str) -> Path | None:
+        """The job's directory on this machine (state, logs, hosts' trees); None where the backend keeps none."""
+        ...
+
+    def storage(self) -> Storage:
+        """Storage that reaches this backend's objects (S3 as its jobs see it; file:// locally)."""
+        ...
+
+    def default_code_location(self) -> str:
+        """Where local code goes when the operator names no ``code_location`` (the SageMaker SDK's default
+        bucket on SageMaker)."""
+        ...
+

@@ -10,12 +10,13 @@ Only ``wait_for_change`` sleeps (the poll interval); the rest of waiting belongs
 
 from __future__ import annotations
 
-import re
 import time
 from functools import cached_property
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from airflow_smdist.backends.base import (
+    CAPABILITIES,
     TERMINAL_STATES,
     BackendError,
     JobNotFound,
@@ -24,52 +25,27 @@ from airflow_smdist.backends.base import (
     ResourceExists,
     tuning_log_events,
 )
+from airflow_smdist.backends.sagemaker_common import (
+    _client_error_parts,
+    host_of_stream,
+    is_not_found,
+    job_error,
+)
 from airflow_smdist.kinds import kind_info, snake_case
 from airflow_smdist.specs.errors import SpecError, SpecErrors
 from airflow_smdist.specs.validate import LOCAL_URI_PREFIXES, operation_model, validate_request
 
+__all__ = ["DEFAULT_RETRIES", "SageMakerBackend", "host_of_stream", "is_not_found", "job_error"]
+
+if TYPE_CHECKING:
+    from airflow_smdist.backends.sagemaker_async import SageMakerStatusSource
+    from airflow_smdist.storage import Storage
+
 #: Retries for every client unless the connection's ``config_kwargs`` set their own.
 DEFAULT_RETRIES = {"mode": "adaptive", "max_attempts": 10}
 
-#: How SageMaker says "no such job" (DescribeTrainingJob: "Requested resource not found.").
-_NOT_FOUND = re.compile(r"not found|does not exist|could not find|can't find|cannot find", re.IGNORECASE)
-
-#: "<epoch>" suffix SageMaker appends to a host's stream name ("algo-1-1700000000").
-_STREAM_EPOCH = re.compile(r"-\d{9,}$")
-
 #: Pages read from one stream in one log_events call (a bound, never reached in practice).
 _MAX_PAGES_PER_STREAM = 100
-
-
-def _client_error_parts(exc: Exception) -> tuple[str | None, str]:
-    error = (getattr(exc, "response", None) or {}).get("Error", {})
-    return error.get("Code"), error.get("Message") or str(exc)
-
-
-def is_not_found(code: str | None, message: str) -> bool:
-    """Whether an error of the SageMaker API says "no such job/model". The API has no code of its own for
-    it (DescribeTrainingJob answers ValidationException "Requested resource not found."), so this is the
-    one place that reads the message; everything above it sees :class:`JobNotFound`."""
-    return code in ("ValidationException", "ResourceNotFound") and bool(_NOT_FOUND.search(message))
-
-
-def job_error(exc: Exception, kind: str, name: str, op: str) -> BackendError:
-    """The typed error for a botocore ClientError of a call about job ``name`` (the triggers' async clients
-    call botocore directly): JobNotFound when the service says the job does not exist, else a BackendError
-    keeping the service's code and message."""
-    code, message = _client_error_parts(exc)
-    if is_not_found(code, message):
-        return JobNotFound(kind, name)
-    return BackendError(message, code=code, operation=op)
-
-
-def host_of_stream(job_name: str, stream_name: str) -> str:
-    """``"<job>/algo-1-1700000000"`` -> ``"algo-1"``; ``"<job>/i-0ab-1700000000/data-log"`` ->
-    ``"i-0ab/data-log"``."""
-    rest = stream_name[len(job_name) + 1:] if stream_name.startswith(job_name + "/") else stream_name
-    first, _, more = rest.partition("/")
-    host = _STREAM_EPOCH.sub("", first) or first
-    return f"{host}/{more}" if more else host
 
 
 def _local_uri_errors(operation_name: str, request: dict[str, Any]) -> list[SpecError]:
@@ -105,9 +81,14 @@ class SageMakerBackend:
     """Runs Create*Job requests on Amazon SageMaker (or anything speaking its API, e.g. moto)."""
 
     name = "sagemaker"
+    #: requests name s3:// only; jobs run as a real IAM role; the AWS console's links; waits of several jobs in
+    #: coalesced List and FilterLogEvents rounds
+    capabilities = CAPABILITIES["sagemaker"]
     #: CloudWatch holds a job's lines only once its containers run: a wait reads none while the job's secondary
     #: status says they have not started (JobKindInfo.silent_secondary_statuses)
     silent_before_containers = True
+    #: S3 as the aws connection reaches it (see :meth:`storage`), no endpoint of this backend's own
+    s3_endpoint_url: str | None = None
 
     def __init__(self, aws_conn_id: str | None = "aws_default", region_name: str | None = None) -> None:
         self.aws_conn_id = aws_conn_id
@@ -220,14 +201,52 @@ class SageMakerBackend:
                 raise JobNotFound(kind, name) from exc
             raise
 
-    def status_source(self):
+    def status_source(self) -> SageMakerStatusSource:
         """Statuses and log lines of many jobs with few calls (List*Jobs, one FilterLogEvents for all), as
-        the triggers read them: what :class:`~airflow_smdist.lifecycle.CoalescedRounds` waits with."""
-        from airflow_smdist.triggers.base import SageMakerStatusSource
+        the triggers read them and :class:`~airflow_smdist.lifecycle.CoalescedRounds` waits with (not yet
+        acquired; its aiobotocore clients are made on first use)."""
+        from airflow_smdist.backends.sagemaker_async import SageMakerStatusSource
 
-        source = SageMakerStatusSource(self.aws_conn_id, self.region_name)
-        source.acquire()
-        return source
+        return SageMakerStatusSource(self.aws_conn_id, self.region_name)
+
+    def status_source_key(self) -> tuple[Any, ...]:
+        """Backends of the same connection and region share a status source in a triggerer."""
+        return ("sagemaker", self.aws_conn_id, self.region_name)
+
+    def first_log_cursor(self, created: float | None) -> Any:
+        """A wait reads a job's CloudWatch lines from its creation on (see sagemaker_async.CloudWatchLogReader)."""
+        return {"t": int(created * 1000), "seen": []} if created else None
+
+    def log_cursor_path(self, kind: str, name: str) -> Path:
+        """Under the local root (SageMaker keeps nothing of ours): per region, kind and job."""
+        import os
+
+        from airflow_smdist.backends.local.store import default_root
+
+        region = self.region_name or os.environ.get("AWS_DEFAULT_REGION") or "default"
+        return default_root() / "trigger-log-cursors" / "sagemaker" / region / kind / f"{name}.json"
+
+    def job_dir(self, kind: str, name: str) -> Path | None:
+        """None: a SageMaker job keeps no directory on this machine."""
+        return None
+
+    def storage(self) -> Storage:
+        """The Airflow ``aws`` connection's S3 client (through the Amazon provider's S3Hook)."""
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        from airflow_smdist.storage import Storage
+
+        hook = S3Hook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        return Storage(region_name=hook.region_name, client=hook.get_conn())
+
+    def default_code_location(self) -> str:
+        """The SageMaker SDK's default bucket ``s3://sagemaker-<region>-<account>`` (the account from STS
+        through the aws connection)."""
+        from airflow.providers.amazon.aws.hooks.sts import StsHook
+
+        region = self.region_name or "us-east-1"
+        account = StsHook(aws_conn_id=self.aws_conn_id, region_name=region).get_account_number()
+        return f"s3://sagemaker-{region}-{account}"
 
     def wait_for_change(self, kind: str, names: str | list[str], timeout: float) -> None:
         """Wait ``timeout`` seconds (the poll interval): SageMaker has no change notification to wait on."""

@@ -17,9 +17,12 @@ else the ``SMDIST_BACKEND`` environment variable, else ``local``.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_smdist._compat import BaseHook, get_connection_extra
+
+if TYPE_CHECKING:
+    from airflow_smdist.backends.base import Backend
 
 BACKENDS = ("local", "sagemaker")
 
@@ -31,15 +34,6 @@ def resolve_backend_name(backend: str | None, extra: dict) -> str:
 
         raise SpecError("backend", f"{name!r} is not a backend.", f"use one of {BACKENDS}.")
     return name
-
-
-def _text(value: Any) -> str | None:
-    """A setting given as text or as a JSON number or list ("3,3", 3, [3, 3])."""
-    if value in (None, ""):
-        return None
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 class SmdistHook(BaseHook):
@@ -106,20 +100,11 @@ class SmdistHook(BaseHook):
     def backend_name(self, backend: str | None = None) -> str:
         return resolve_backend_name(backend, self.extra)
 
-    def get_backend(self, backend: str | None = None):
-        name = self.backend_name(backend)
-        if name == "sagemaker":
-            from airflow_smdist.backends.sagemaker import SageMakerBackend
+    def get_backend(self, backend: str | None = None) -> Backend:
+        from airflow_smdist.backends.factory import make_backend
 
-            return SageMakerBackend(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
-        from airflow_smdist.backends.local import LocalBackend
-
-        return LocalBackend(self.extra.get("local_root"), region_name=self.region_name,
-                            s3_endpoint_url=self.extra.get("s3_endpoint_url"),
-                            local_runtimes=self.extra.get("local_runtimes"),
-                            local_retention=self.extra.get("local_retention"),
-                            local_spot_interruptions=_text(self.extra.get("local_spot_interruptions")),
-                            local_instance_failures=_text(self.extra.get("local_instance_failures")))
+        return make_backend(self.backend_name(backend), aws_conn_id=self.aws_conn_id, region_name=self.region_name,
+                            extra=self.extra)
 
     def get_conn(self):
         return self.get_backend()

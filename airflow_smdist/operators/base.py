@@ -41,12 +41,14 @@ def stable_job_name(prefix: str, dag_id: str, task_id: str, run_id: str, map_ind
 LOCAL_ROLE = "arn:aws:iam::000000000000:role/SageMakerExecutionRole"
 
 
-def require_role(operator: Any, backend_name: str) -> None:
-    """An operator's ``role`` for the backend that runs it, checked before anything is uploaded or created:
-    the sagemaker backend needs a real IAM role (never the local placeholder); the local one runs nothing as
-    a role, so it stands in for a missing one."""
+def require_role(operator: Any, backend: Backend | str) -> None:
+    """An operator's ``role`` for the backend (or backend name) that runs it, checked before anything is
+    uploaded or created: a backend whose jobs run as an IAM role (sagemaker) needs a real one (never the local
+    placeholder); one that runs nothing as a role (local) takes the placeholder for a missing one."""
+    from airflow_smdist.backends.base import capabilities
+
     role = getattr(operator, "role", None)
-    if backend_name != "sagemaker":
+    if not capabilities(backend).iam_role:
         if not role:
             operator.role = LOCAL_ROLE
         return

@@ -35,8 +35,9 @@ class SmdistConsoleLink(BaseOperatorLink):
     format_str: ClassVar[str]
 
     def format_link(self, **kwargs: Any) -> str:
+        from airflow_smdist.backends.base import capabilities
         # XComs of older versions stored the local job directory as "local_uri": no link for those either
-        if kwargs.get("backend", "sagemaker") != "sagemaker" or kwargs.get("local_uri"):
+        if capabilities(kwargs.get("backend", "sagemaker")).console != "aws" or kwargs.get("local_uri"):
             return ""
         try:
             return self.format_str.format(**kwargs)
@@ -84,9 +85,10 @@ def persist_console_links(operator: Any, context: Any, job_name: str, **fields: 
             type(link).persist(context=context, operator=operator, region_name=region,
                                aws_partition=aws_partition(region), job_name=job_name, backend=backend.name,
                                kind=operator.kind, **fields)
-    if backend.name == "local" and hasattr(backend, "job_dir"):
+    job_dir = backend.job_dir(operator.kind, job_name)
+    if job_dir is not None:
         operator.log.info("Local %s job %s lives in %s (its state, logs and per-host /opt/ml trees).",
-                          operator.kind, job_name, backend.job_dir(operator.kind, job_name))
+                          operator.kind, job_name, job_dir)
 
 
 class SageMakerTrainingJobLink(SmdistConsoleLink):
@@ -121,7 +123,10 @@ class LocalJobPageLink(SmdistConsoleLink):
     format_str = "{base}/smdist/jobs/{kind}/{job_name}"
 
     def format_link(self, **kwargs: Any) -> str:
-        if kwargs.get("backend") != "local" or not kwargs.get("kind") or not console_supported():
+        from airflow_smdist.backends.base import capabilities
+
+        if (capabilities(kwargs.get("backend")).console != "plugin" or not kwargs.get("kind")
+                or not console_supported()):
             return ""
         from airflow_smdist.plugins.console import job_page_path
 

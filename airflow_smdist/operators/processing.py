@@ -75,33 +75,28 @@ class _ProcessingOperator(SmdistJobOperator):
 
     def plan(self, job_name: str, backend_name: str):
         require_role(self, backend_name)  # before anything is built or uploaded
+        from airflow_smdist.backends.base import capabilities
         from airflow_smdist.specs.errors import MissingUploadLocation
+
+        local_uris = capabilities(backend_name).local_uris
 
         args = {name: getattr(self, name) for name in self.builder_args}
         build = self.builder()
         try:
-            return build(job_name=job_name, region=self.hook.region_name, allow_local_uris=backend_name == "local",
+            return build(job_name=job_name, region=self.hook.region_name, allow_local_uris=local_uris,
                          **args)
         except MissingUploadLocation as exc:
             # local files to upload and nowhere given to put them: where the SageMaker SDK would put them
             if self.code_location or exc.field not in LOCATION_ARGS:
                 raise
         args["code_location"] = self.default_code_location()
-        return build(job_name=job_name, region=self.hook.region_name, allow_local_uris=backend_name == "local",
+        return build(job_name=job_name, region=self.hook.region_name, allow_local_uris=local_uris,
                      **args)
 
     def default_code_location(self) -> str:
         """The SDK's default: the session's bucket ``s3://sagemaker-<region>-<account>`` on SageMaker (the
         account from STS through the aws connection); ``file://<local job root>/code`` on the local backend."""
-        backend = self.get_backend()
-        if backend.name == "local":
-            location = f"file://{backend.store.root.resolve()}/code"
-        else:
-            from airflow.providers.amazon.aws.hooks.sts import StsHook
-
-            region = self.hook.region_name or "us-east-1"
-            account = StsHook(aws_conn_id=self.hook.aws_conn_id, region_name=region).get_account_number()
-            location = f"s3://sagemaker-{region}-{account}"
+        location = self.get_backend().default_code_location()
         self.log.info("code_location not given: local files go to %s/<job>/input/ (as the SageMaker SDK's default "
                       "bucket); give code_location to choose.", location)
         return location

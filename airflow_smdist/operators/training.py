@@ -76,7 +76,10 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
 
     def plan(self, job_name: str, backend_name: str):
         require_role(self, backend_name)  # before anything is built or uploaded
+        from airflow_smdist.backends.base import capabilities
         from airflow_smdist.specs.training import build_training
+
+        local_uris = capabilities(backend_name).local_uris
 
         # Airflow 3 task logs take every logger's records; Airflow 2 only "airflow.task"'s, so forward there
         spec_log = logging.getLogger("airflow_smdist.specs")
@@ -85,7 +88,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             spec_log.addHandler(handler)
         try:
             return build_training(job_name=job_name, region=self.hook.region_name,
-                                  allow_local_uris=backend_name == "local",
+                                  allow_local_uris=local_uris,
                                   **self.training_arguments())
         finally:
             if handler:

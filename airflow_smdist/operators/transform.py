@@ -115,7 +115,7 @@ def plan_model(backend, name: str, args: dict[str, Any], *, output_uri: str, reg
                        program=args.get("program") or "inference.py",
                        environment=args.get("model_environment"), region=region,
                        tags=args.get("tags"),  # the SDK tags the model it creates for the transform job too
-                       allow_local_uris=backend.name == "local")
+                       allow_local_uris=backend.capabilities.local_uris)
     return name, found, plan
 
 
@@ -515,7 +515,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         only builds and validates it (the processing runner is not uploaded)."""
         model = model if model is not None else self._model
         settings = self.settings()
-        allow_local = backend.name == "local"
+        allow_local = backend.capabilities.local_uris
         if self.fan_out == "processing":
             from airflow_smdist.backends.local import inference
             from airflow_smdist.specs import sharding

@@ -110,14 +110,17 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
 
     def plan(self, job_name: str, backend_name: str):
         require_role(self, backend_name)  # before anything is built or uploaded
+        from airflow_smdist.backends.base import capabilities
         from airflow_smdist.specs.tuning import build_tuning
+
+        local_uris = capabilities(backend_name).local_uris
 
         spec_log = logging.getLogger("airflow_smdist.specs")
         handler = None if AIRFLOW_V_3_0_PLUS else _ForwardTo(self.log)
         if handler:
             spec_log.addHandler(handler)
         try:
-            return build_tuning(job_name=job_name, region=self.hook.region_name, allow_local_uris=backend_name == "local",
+            return build_tuning(job_name=job_name, region=self.hook.region_name, allow_local_uris=local_uris,
                                 **self.training_arguments(), **{name: getattr(self, name) for name in TUNING_ARGS})
         finally:
             if handler:
@@ -333,7 +336,7 @@ def write_results(backend, description: dict[str, Any], results_path: str | None
         definition = description.get("TrainingJobDefinition") or (description.get("TrainingJobDefinitions") or [{}])[0]
         results_path = join_uri(definition["OutputDataConfig"]["S3OutputPath"], name, "tuning-results")
     rows = trial_rows(list_training_jobs_for_tuning_job(backend, name))
-    storage = Storage(endpoint_url=getattr(backend, "s3_endpoint_url", None))
+    storage = Storage(endpoint_url=backend.s3_endpoint_url)
     results_uri, plot_uri = join_uri(results_path, "trials.json"), join_uri(results_path, "objective.png")
     document = {"tuning_job": name, "strategy": cfg.get("Strategy"), "objective": objective,
                 "status": description["HyperParameterTuningJobStatus"],

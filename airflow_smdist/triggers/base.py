@@ -12,21 +12,18 @@ the same backoff the operators' and sensors' waits use). The local backend's job
 way (its list reads the jobs' state files).
 
 Log lines (``print_logs``) are coalesced too: one :class:`CoalescedLogPoller` per (backend, kind, interval)
-reads the new lines of every watched job in one round per interval. On SageMaker that is one paged
-CloudWatch ``FilterLogEvents`` call per log group, narrowed with ``logStreamNamePrefix`` to the watched jobs'
-common name prefix and routed to each job by stream name. (A departure from batching 100
-``logStreamNames`` per call: a host's stream name carries its start epoch, which only a DescribeLogStreams
-per job would tell.) A round reads from ``LOG_SETTLE_SECONDS`` before the previous read (on CloudWatch's
-clock), and once every ``LOG_LAG_SECONDS`` a sweep reads the whole lag window for lines CloudWatch ingested
-late, so a round's work follows the lines written since the last one; lines read twice are skipped by event
-id. The watched jobs share one cursor, and a round touches a job's own state only when it got lines or just
-joined (see :class:`CloudWatchLogReader`): a quiet round costs the same for 2,000 jobs as for 10. While every
-watched job is still provisioning (its secondary status says no container runs yet), no round is made. Each trigger keeps its cursor in a small file (next
-to a local job; under the local root for SageMaker jobs) written after the lines were logged, so a trigger
-rebuilt after a triggerer restart resumes where the last one stopped: no line twice, none lost.
+reads the new lines of every watched job in one round per interval, through the log reader of the backend's
+status source (on SageMaker one paged CloudWatch ``FilterLogEvents`` call per log group for all the watched
+jobs: :mod:`airflow_smdist.backends.sagemaker_async`; locally the jobs' log files:
+:mod:`airflow_smdist.backends.local.status_source`). While every watched job is still provisioning (its
+secondary status says no container runs yet, on a backend whose jobs write no line before that), no round
+is made. Each trigger keeps its cursor in a small file (where the backend says: next to a local job; under the
+local root for SageMaker jobs) written after the lines were logged, so a trigger rebuilt after a triggerer
+restart resumes where the last one stopped: no line twice, none lost.
 
-Clients are async: the Amazon provider's ``SageMakerHook``/``AwsLogsHook`` ``get_async_conn()``
-(aiobotocore). Log lines go to the trigger's log, which Airflow shows in the task's log while it is deferred.
+The pollers speak to the backend's :class:`~airflow_smdist.backends.base.StatusSource` only; its clients are
+made on first use, never at import. Log lines go to the trigger's log, which Airflow shows in the task's log
+while it is deferred.
 """
 
 from __future__ import annotations
@@ -37,417 +34,43 @@ import contextvars
 import json
 import os
 import random
-import re
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_smdist.backends.base import JobNotFound, LogEvent
+from airflow_smdist.backends.base import Backend, LogEvent, LogReader, StatusSource
 from airflow_smdist.kinds import kind_info
-from airflow_smdist.lifecycle import THROTTLING_CODES, AsyncJobLifecycle, is_throttling
+from airflow_smdist.lifecycle import (
+    LIST_OVERLAP_SECONDS,
+    LIST_SETTLE_SECONDS,
+    THROTTLING_CODES,
+    AsyncJobLifecycle,
+    is_throttling,
+)
 from airflow_smdist.lifecycle import acall_with_backoff as with_backoff
 
-__all__ = ["THROTTLING_CODES", "is_throttling", "with_backoff"]  # the backoff lives in lifecycle.py
+# the backoff and the List margins live in lifecycle.py (the blocking waits use them too)
+__all__ = ["LIST_OVERLAP_SECONDS", "LIST_SETTLE_SECONDS", "THROTTLING_CODES", "is_throttling", "with_backoff"]
 
-#: how far before the status a trigger started from (``as_of``, this machine's clock) its first List call looks,
-#: to cover clock skew between us and the service
-LIST_OVERLAP_SECONDS = 60.0
-#: later List calls look back this far before the previous call's time on the service's own clock (its
-#: response's Date header): a change is visible to List within this long of its LastModifiedTime (the
-#: service's List index is eventually consistent; the margin also covers the Date header's 1 s resolution)
-LIST_SETTLE_SECONDS = 5.0
-#: CloudWatch may make a line visible after later ones, up to this long after its timestamp: a sweep every
-#: this long reads from this far back (see CloudWatchLogReader)
-LOG_LAG_SECONDS = 30.0
-#: most lines are visible this soon after their timestamp: each round reads from this long before the last read
-LOG_SETTLE_SECONDS = 5.0
+#: the status sources, now in their backends' adapters: still importable from here (lazily, see __getattr__)
+_MOVED = {"SageMakerStatusSource": "airflow_smdist.backends.sagemaker_async",
+          "CloudWatchLogReader": "airflow_smdist.backends.sagemaker_async",
+          "LocalStatusSource": "airflow_smdist.backends.local.status_source"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 #: a log poller that follows a status poller reads on its own only when that one made no round for this long
 #: (its first round makes the clients; a throttled List backs off)
 LEADER_LATE_SECONDS = 30.0
-#: a tuning job's trials are training jobs "<tuning job>-<3 digits>-<8 hex>" logging to the training group
-_TRIAL_STREAM = re.compile(r"^(?P<trial>(?P<tuning>.+)-\d{3}-[0-9a-f]{8})/")
-
-
-def _epoch(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.timestamp()
-
-
-def _response_time(response: dict[str, Any]) -> float | None:
-    """The service's clock when it answered (the HTTP Date header botocore keeps in ResponseMetadata)."""
-    from email.utils import parsedate_to_datetime
-
-    date = ((response.get("ResponseMetadata") or {}).get("HTTPHeaders") or {}).get("date")
-    try:
-        return parsedate_to_datetime(date).timestamp() if date else None
-    except (TypeError, ValueError):
-        return None
-
-
-def common_prefix(names: list[str]) -> str:
-    if not names:
-        return ""
-    lo, hi = min(names), max(names)
-    i = 0
-    while i < min(len(lo), len(hi)) and lo[i] == hi[i]:
-        i += 1
-    return lo[:i]
-
-
-class SageMakerStatusSource:
-    """Job statuses and log lines from the SageMaker and CloudWatch Logs APIs through aiobotocore clients."""
-
-    def __init__(self, aws_conn_id: str | None, region_name: str | None) -> None:
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
-        self.calls: dict[str, int] = {}
-        self._clients: dict[str, Any] = {}
-        self._cms: dict[str, Any] = {}
-        self._users = 0
-
-    async def _conn(self, service: str = "sagemaker"):
-        if service not in self._clients:
-            if service == "sagemaker":
-                from airflow.providers.amazon.aws.hooks.sagemaker import (
-                    SageMakerHook as Hook,
-                )
-            else:
-                from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook as Hook
-
-            cm = await Hook(aws_conn_id=self.aws_conn_id, region_name=self.region_name).get_async_conn()
-            self._clients[service] = await cm.__aenter__()
-            self._cms[service] = cm
-        return self._clients[service]
-
-    def acquire(self) -> None:
-        self._users += 1
-
-    async def close(self) -> None:
-        """Called by each poller sharing this source when it stops; the last one closes the clients."""
-        self._users = max(0, self._users - 1)
-        if self._users:
-            return
-        cms, self._cms, self._clients = self._cms, {}, {}
-        for cm in cms.values():
-            await cm.__aexit__(None, None, None)
-
-    async def changed_since(self, kind: str, since: float | None) -> dict[str, dict]:
-        """Summaries (List*Jobs) of the jobs of ``kind`` modified after ``since``, by name."""
-        return (await self.changes(kind, since))[0]
-
-    async def changes(self, kind: str, since: float | None) -> tuple[dict[str, dict], float | None]:
-        """(:meth:`changed_since`, the service's time when it answered the first page (epoch, from the
-        response's Date header; None when it sent none))."""
-        client = await self._conn()
-        kwargs: dict[str, Any] = {"MaxResults": 100}
-        if since is not None:
-            kwargs["LastModifiedTimeAfter"] = datetime.fromtimestamp(since, tz=UTC)
-        out: dict[str, dict] = {}
-        info = kind_info(kind)
-        server_time = None
-        while True:
-            page = await with_backoff(lambda: getattr(client, info.method("list"))(**kwargs), counter=self.calls,
-                                      what="list")
-            if server_time is None and "NextToken" not in kwargs:
-                server_time = _response_time(page)
-            for summary in page.get(info.summaries_key, []):
-                out[summary[info.name_key]] = summary
-            token = page.get("NextToken")
-            if not token or token == kwargs.get("NextToken"):
-                return out, server_time
-            kwargs["NextToken"] = token
-
-    async def describe(self, kind: str, name: str) -> dict[str, Any]:
-        from botocore.exceptions import ClientError
-
-        from airflow_smdist.backends.sagemaker import job_error
-
-        client = await self._conn()
-        info = kind_info(kind)
-        try:
-            d = await with_backoff(lambda: getattr(client, info.method("describe"))(**{info.name_key: name}),
-                                   counter=self.calls, what="describe")
-        except ClientError as exc:
-            raise job_error(exc, kind, name, info.describe_op) from exc
-        d.pop("ResponseMetadata", None)
-        return d
-
-    def log_reader(self, kind: str) -> CloudWatchLogReader:
-        """A reader of the new CloudWatch lines of a changing set of jobs of ``kind`` (one per log poller)."""
-        return CloudWatchLogReader(self, kind)
-
-    async def filter_events(self, kind: str, start: int, prefix: str, owners: Callable[[str], bool]
-                            ) -> tuple[dict[str, list[tuple[int, int, LogEvent, str]]], int | None]:
-        """One paged FilterLogEvents call over ``kind``'s log group from ``start`` (ms), streams named
-        ``prefix...``: the lines of the jobs ``owners`` accepts, by job, as (timestamp, order, event, id); and
-        the service's time of the read (ms, less a second: the Date header's resolution; None if unknown)."""
-        from airflow_smdist.backends.sagemaker import host_of_stream
-
-        kwargs: dict[str, Any] = {"logGroupName": kind_info(kind).log_group, "startTime": start}
-        if prefix:
-            kwargs["logStreamNamePrefix"] = prefix
-        client = await self._conn("logs")
-        found: dict[str, list[tuple[int, int, LogEvent, str]]] = {}
-        order = 0
-        server_time = None
-        while True:
-            try:
-                page = await with_backoff(lambda: client.filter_log_events(**kwargs), counter=self.calls, what="logs")
-            except Exception as exc:
-                if (getattr(exc, "response", None) or {}).get("Error", {}).get("Code") == "ResourceNotFoundException":
-                    break  # the log group does not exist (yet)
-                raise
-            if server_time is None and "nextToken" not in kwargs:
-                server_time = _response_time(page)
-            for e in page.get("events", []):
-                stream = e["logStreamName"]
-                owner, host = stream.split("/", 1)[0], None
-                if kind == "tuning":
-                    m = _TRIAL_STREAM.match(stream)
-                    if m:
-                        owner, trial = m["tuning"], m["trial"]
-                        host = f"{trial[len(owner) + 1:]}/{host_of_stream(trial, stream)}"
-                if not owners(owner):
-                    continue
-                host = host or host_of_stream(owner, stream)
-                order += 1
-                found.setdefault(owner, []).append((
-                    e["timestamp"], order, LogEvent(e["timestamp"] / 1000.0, host, e["message"]),
-                    e.get("eventId") or f"{stream}@{e['timestamp']}@{order}"))
-            token = page.get("nextToken")
-            if not token or token == kwargs.get("nextToken"):
-                break
-            kwargs["nextToken"] = token
-        return found, None if server_time is None else int(server_time * 1000) - 1000
-
-
-class _LogCursor:
-    """A job's log cursor as a trigger keeps it (``{"t", "seen", "r"}``, see :class:`CloudWatchLogReader`):
-    every line stamped before ``t - LOG_LAG_SECONDS`` (ms) was read; ``seen``: the ids of the lines stamped
-    since then that were read."""
-
-    def __init__(self, t: int, seen: list) -> None:
-        self.t = int(t)
-        self.seen = {str(i): int(ts) for ts, i in seen}
-
-    @classmethod
-    def load(cls, cursor: Any) -> _LogCursor:
-        if isinstance(cursor, dict) and "t" in cursor:
-            return cls(cursor["t"], cursor.get("seen", []))
-        return cls(0, [])
-
-    def start_ms(self) -> int:
-        """Where a sweep reads from: no line stamped earlier can be new."""
-        return max(0, self.t - int(LOG_LAG_SECONDS * 1000))
-
-
-class CloudWatchLogReader:
-    """The new lines of the jobs of one kind a log poller watches, one paged FilterLogEvents call a round, with
-    work that follows the lines read and the jobs that joined or left, not the number of jobs watched.
-
-    One cursor for the whole group: ``t`` (ms): every line of every member stamped before
-    ``t - LOG_LAG_SECONDS`` was read (a line reaches CloudWatch within ``LOG_LAG_SECONDS`` of its timestamp);
-    ``r`` (ms): the service's time of the last read (None: unknown). A round reads from
-    ``r - LOG_SETTLE_SECONDS`` (most lines arrive that soon), so it re-reads seconds of lines, not the whole lag
-    window; once every ``LOG_LAG_SECONDS`` a round sweeps from ``t - LOG_LAG_SECONDS`` for the lines that
-    arrived later than that, and only such a round moves ``t`` on. Lines read twice are skipped by event id.
-
-    Per job, only: the ids of its lines stamped since the group's horizon (so a job without lines costs nothing
-    a round), and, while it is later than the group's, the horizon of the cursor it joined with. A job that
-    joins (a new wait, or a trigger rebuilt with its saved cursor) is read in the next round from its own
-    cursor (a sweep of its lag window) and is a member from then on. A job's cursor, in the form a trigger
-    saves and resumes from, is made only when the job has new lines."""
-
-    #: CloudWatch holds a job's lines only once its containers run (the local backend's supervisor writes
-    #: lines of its own while it starts a job): see :meth:`CoalescedLogPoller.nothing_to_read`
-    silent_before_containers = True
-
-    def __init__(self, source: SageMakerStatusSource, kind: str) -> None:
-        self.source = source
-        self.kind = kind
-        self.t: int | None = None
-        self.r: int | None = None
-        self.members: set[str] = set()
-        self.joining: dict[str, _LogCursor] = {}
-        #: job -> {event id: timestamp} of its lines read since the group's horizon (jobs with such lines only)
-        self.seen: dict[str, dict[str, int]] = {}
-        #: job -> the horizon (ms) of the cursor it joined with, while that is later than the group's
-        self.floor: dict[str, int] = {}
-        self._prefix: str | None = None  # the watched jobs' common name prefix (None: to be worked out)
-
-    def add(self, name: str, cursor: Any) -> None:
-        self.remove(name)
-        self.joining[name] = _LogCursor.load(cursor)
-        if self._prefix is not None:
-            self._prefix = common_prefix([self._prefix, name])
-
-    def remove(self, name: str) -> None:
-        if name not in self.members and name not in self.joining:
-            return
-        self.members.discard(name)
-        self.joining.pop(name, None)
-        self.seen.pop(name, None)
-        self.floor.pop(name, None)
-        self._prefix = None
-        if not self.members and not self.joining:  # a group that joins later starts from its own cursors
-            self.t = self.r = None
-            self.seen.clear()
-            self.floor.clear()
-
-    def _horizon(self) -> int:
-        return max(0, (self.t or 0) - int(LOG_LAG_SECONDS * 1000))
-
-    def _read_from(self) -> int | None:
-        """Where the members' next round reads from: a sweep when one is due or the last read's time is unknown."""
-        if self.t is None:
-            return None
-        if self.r is None or self.r - self.t >= LOG_LAG_SECONDS * 1000:
-            return self._horizon()
-        return max(self._horizon(), self.r - int(LOG_SETTLE_SECONDS * 1000))
-
-    def _prefix_now(self) -> str:
-        if self._prefix is None:
-            ends = [min(self.members), max(self.members)] if self.members else []
-            self._prefix = common_prefix(ends + list(self.joining))
-        return self._prefix
-
-    async def read(self) -> dict[str, tuple[list[LogEvent], dict]]:
-        """One round: the new lines of each job that has some, and its cursor after them."""
-        joining = dict(self.joining)  # read from their own cursors this round
-        members = self.members
-        starts = [c.start_ms() for c in joining.values()]
-        group_from = self._read_from() if members else None
-        if group_from is not None:
-            starts.append(group_from)
-        if not starts:
-            return {}
-        start = min(starts)
-        found, read_ms = await self.source.filter_events(
-            self.kind, start, self._prefix_now(), lambda owner: owner in members or owner in joining)
-        latest = max((e[0] for events in found.values() for e in events), default=None)
-        evidence = max((x for x in (read_ms, latest) if x is not None), default=None)  # the service's "now"
-        out: dict[str, tuple[list[LogEvent], dict]] = {}
-        for name in [n for n in found if n in self.members and n not in joining]:
-            new = self._new_lines(name, found[name], max(self._horizon(), self.floor.get(name, 0)),
-                                  self.seen.get(name, {}))
-            if new:
-                out[name] = ([e[2] for e in new], {})
-        if group_from is not None:
-            self._advance(start <= self._horizon(), evidence, read_ms)
-        for name, cursor in joining.items():
-            if self.joining.get(name) is cursor:  # not left meanwhile
-                new = self._new_lines(name, found.get(name, []), cursor.start_ms(), cursor.seen)
-                self._join(name, cursor, evidence, read_ms)
-                if new:
-                    out[name] = ([e[2] for e in new], {})
-        return {name: (events, self.cursor(name)) for name, (events, _c) in out.items()}
-
-    def _new_lines(self, name: str, events: list, horizon: int, seen: dict[str, int]) -> list:
-        new = [e for e in sorted(events) if e[0] >= horizon and e[3] not in seen]
-        if new:
-            kept = self.seen.setdefault(name, {})
-            kept.update({e[3]: e[0] for e in new})
-        return new
-
-    def _advance(self, sweep: bool, evidence: int | None, read_ms: int | None) -> None:
-        """The group's cursor after a round (a sweep of its lag window moves ``t`` on)."""
-        if self.t is None:  # every member left during the round
-            return
-        if read_ms is not None:
-            self.r = read_ms if self.r is None else max(self.r, read_ms)
-        if not sweep or evidence is None or evidence <= self.t:
-            return
-        self.t = evidence
-        horizon = self._horizon()
-        for name in list(self.seen):  # the lines of the last LOG_LAG_SECONDS, not the jobs
-            kept = {i: ts for i, ts in self.seen[name].items() if ts >= horizon}
-            if kept:
-                self.seen[name] = kept
-            else:
-                del self.seen[name]
-        self.floor = {name: f for name, f in self.floor.items() if f > horizon}
-
-    def _join(self, name: str, cursor: _LogCursor, evidence: int | None, read_ms: int | None) -> None:
-        """A job read from its own cursor (a sweep of its lag window) becomes a member."""
-        del self.joining[name]
-        t = cursor.t if evidence is None else max(cursor.t, evidence)
-        if self.t is None:  # the first member: the group's cursor is its own
-            self.t, self.r = t, read_ms
-        self.members.add(name)
-        own = max(0, t - int(LOG_LAG_SECONDS * 1000))
-        if own > self._horizon():
-            self.floor[name] = own
-        horizon = max(own, self._horizon())
-        kept = {i: ts for i, ts in (cursor.seen | self.seen.get(name, {})).items() if ts >= horizon}
-        if kept:
-            self.seen[name] = kept
-        else:
-            self.seen.pop(name, None)
-
-    def cursor(self, name: str) -> dict[str, Any]:
-        """``name``'s cursor as a trigger saves it: resumed, it reads no line twice and loses none."""
-        t = max(self.t or 0, self.floor.get(name, 0) + int(LOG_LAG_SECONDS * 1000))
-        horizon = max(0, t - int(LOG_LAG_SECONDS * 1000))
-        seen = sorted([ts, i] for i, ts in self.seen.get(name, {}).items() if ts >= horizon)
-        out: dict[str, Any] = {"t": t, "seen": seen}
-        if self.r is not None:
-            out["r"] = self.r
-        return out
-
-
-class LocalStatusSource:
-    """Job statuses and log lines of the local backend (state and log files read in a worker thread)."""
-
-    def __init__(self, backend) -> None:
-        self.backend = backend
-        self.calls: dict[str, int] = {}
-
-    def acquire(self) -> None:
-        return None
-
-    async def changed_since(self, kind: str, since: float | None) -> dict[str, dict]:
-        return (await self.changes(kind, since))[0]
-
-    async def changes(self, kind: str, since: float | None) -> tuple[dict[str, dict], float | None]:
-        """(the jobs of ``kind`` modified at or after ``since``, the time the state files were read): the
-        local backend's jobs share this machine's clock."""
-        self.calls["list"] = self.calls.get("list", 0) + 1
-        read_at = time.time()
-        jobs = await asyncio.to_thread(self.backend.list_jobs, kind)
-        name_key = kind_info(kind).name_key
-        return {j[name_key]: j for j in jobs
-                if since is None or (j["LastModifiedTime"] and j["LastModifiedTime"].timestamp() >= since)}, read_at
-
-    async def describe(self, kind: str, name: str) -> dict[str, Any]:
-        self.calls["describe"] = self.calls.get("describe", 0) + 1
-        return await asyncio.to_thread(self.backend.describe, kind, name)
-
-    async def read_logs(self, kind: str, cursors: dict[str, Any]) -> dict[str, tuple[list[LogEvent], Any]]:
-        self.calls["logs"] = self.calls.get("logs", 0) + 1
-
-        def read():
-            out = {}
-            for name, cursor in cursors.items():
-                try:
-                    out[name] = self.backend.log_events(kind, name, cursor)
-                except JobNotFound:
-                    out[name] = ([], cursor)
-            return out
-
-        return await asyncio.to_thread(read)
-
-    async def close(self) -> None:
-        return None
 
 
 class CoalescedPoller:
@@ -459,7 +82,7 @@ class CoalescedPoller:
     further back (the trigger's ``as_of`` less :data:`LIST_OVERLAP_SECONDS`) only in the first round of a job
     that was just watched."""
 
-    def __init__(self, source, kind: str, interval: float) -> None:
+    def __init__(self, source: StatusSource, kind: str, interval: float) -> None:
         self.source = source
         self.kind = kind
         self.interval = interval
@@ -564,35 +187,6 @@ class CoalescedPoller:
             await self.source.close()
 
 
-class _PerJobLogReader:
-    """A source's ``read_logs(kind, cursors)`` (every watched job's cursor in, a result per job out; the local
-    backend reads each job's log files) in the reader form :class:`CoalescedLogPoller` uses."""
-
-    def __init__(self, source, kind: str) -> None:
-        self.source = source
-        self.kind = kind
-        self.cursors: dict[str, Any] = {}
-
-    def add(self, name: str, cursor: Any) -> None:
-        self.cursors[name] = cursor
-
-    def remove(self, name: str) -> None:
-        self.cursors.pop(name, None)
-
-    async def read(self) -> dict[str, tuple[list[LogEvent], Any]]:
-        asked = dict(self.cursors)
-        if not asked:
-            return {}
-        results = await self.source.read_logs(self.kind, asked)
-        out = {}
-        for name, (events, cursor) in results.items():
-            if self.cursors.get(name, self) is asked[name]:  # still watched, from the same cursor
-                self.cursors[name] = cursor
-                if events:
-                    out[name] = (events, cursor)
-        return out
-
-
 class CoalescedLogPoller:
     """Reads the new log lines of every watched job of one kind in one round per interval (one paged
     FilterLogEvents call on SageMaker). ``flush(name)`` asks for a round now and waits for it: a trigger
@@ -612,8 +206,7 @@ class CoalescedLogPoller:
         self.task: asyncio.Task | None = None
         self.wake = asyncio.Event()
         self.round_done: asyncio.Future | None = None
-        log_reader = getattr(source, "log_reader", None)
-        self.reader = log_reader(kind) if log_reader is not None else _PerJobLogReader(source, kind)
+        self.reader: LogReader = source.log_reader(kind)
         self.leader: CoalescedPoller | None = None
 
     def follow(self, poller: CoalescedPoller) -> None:
@@ -655,7 +248,7 @@ class CoalescedLogPoller:
         started (the secondary status the status poller's List saw last, e.g. ``Starting`` or ``Downloading``)
         has none, so while every watched job is so (minutes of provisioning on SageMaker), a round is not made.
         Nothing is read later than otherwise: the List that sees a job move on is followed by a round."""
-        if self.leader is None or not getattr(self.reader, "silent_before_containers", False):
+        if self.leader is None or not self.reader.silent_before_containers:
             return False
         known = self.leader.known
         return kind_info(self.kind).no_lines_yet([known.get(name, (None, None))[1] for name in self.watchers])
@@ -739,14 +332,10 @@ def log_poller_for(key: tuple, kind: str, interval: float, make_source) -> Coale
     return _shared(key, CoalescedLogPoller, kind, interval, make_source)
 
 
-def cursor_path(backend, kind: str, name: str) -> Path:
-    """Where a trigger keeps a job's log cursor: next to a local job; under the local root for SageMaker."""
-    if backend.name == "local":
-        return backend.job_dir(kind, name) / "trigger-log-cursor.json"
-    from airflow_smdist.backends.local.store import default_root
-
-    region = backend.region_name or os.environ.get("AWS_DEFAULT_REGION") or "default"
-    return default_root() / "trigger-log-cursors" / "sagemaker" / region / kind / f"{name}.json"
+def cursor_path(backend: Backend, kind: str, name: str) -> Path:
+    """Where a trigger keeps a job's log cursor (the backend says: next to a local job; under the local root
+    for SageMaker)."""
+    return backend.log_cursor_path(kind, name)
 
 
 class SmdistJobTrigger(BaseTrigger):
@@ -801,19 +390,10 @@ class SmdistJobTrigger(BaseTrigger):
             self._resolved = await asyncio.to_thread(hook.get_backend, self.backend)
         return self._resolved
 
-    def _pollers(self, backend) -> tuple[CoalescedPoller, CoalescedLogPoller]:
-        if backend.name == "sagemaker":
-            key = ("sagemaker", backend.aws_conn_id, backend.region_name)
-
-            def make():
-                return SageMakerStatusSource(backend.aws_conn_id, backend.region_name)
-        else:
-            key = ("local", str(backend.store.root))
-
-            def make():
-                return LocalStatusSource(backend)
-        status = poller_for(key, self.kind, self.poll_interval, make)
-        logs = log_poller_for(key, self.kind, self.poll_interval, make)
+    def _pollers(self, backend: Backend) -> tuple[CoalescedPoller, CoalescedLogPoller]:
+        key = backend.status_source_key()
+        status = poller_for(key, self.kind, self.poll_interval, backend.status_source)
+        logs = log_poller_for(key, self.kind, self.poll_interval, backend.status_source)
         logs.follow(status)
         return status, logs
 
@@ -841,9 +421,7 @@ class SmdistJobTrigger(BaseTrigger):
             return saved.get("cursor")
         if self.log_cursor is not None:
             return self.log_cursor
-        if backend.name == "sagemaker" and self.created:
-            return {"t": int(self.created * 1000), "seen": []}
-        return None
+        return backend.first_log_cursor(self.created)
 
     def _save_cursor(self, backend, cursor: Any) -> None:
         if not self.cursor_key:

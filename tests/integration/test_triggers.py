@@ -12,11 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_smdist.backends.local import LocalBackend
-from airflow_smdist.triggers.base import (
-    CoalescedPoller,
-    LocalStatusSource,
-    SageMakerStatusSource,
-)
+from airflow_smdist.backends.local.status_source import LocalStatusSource
+from airflow_smdist.backends.sagemaker_async import SageMakerStatusSource
+from airflow_smdist.triggers.base import CoalescedPoller
 from airflow_smdist.triggers.training import SageMakerDistributedTrainingTrigger
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -304,9 +302,14 @@ def test_coalesced_log_lines_go_to_the_log_of_the_trigger_that_watches_the_job()
     from airflow_smdist.backends.base import LogEvent
     from airflow_smdist.triggers.base import CoalescedLogPoller
 
-    class Source:  # stands in for the backend: two jobs, one line each
+    from airflow_smdist.backends.local.status_source import PerJobLogReader
+
+    class Source:  # stands in for the backend's status source: two jobs, one line each
         def acquire(self):
             pass
+
+        def log_reader(self, kind):
+            return PerJobLogReader(self, kind)
 
         async def read_logs(self, kind, cursors):
             return {n: ([LogEvent(1.0, "algo-1", f"line of {n}")], 1) for n in cursors}
@@ -426,12 +429,12 @@ def test_a_line_cloudwatch_ingests_late_is_logged_once_by_the_next_sweep(moto_se
     logged once, as every other line."""
     from moto_server import seed_log_stream, set_training_job_status
 
+    from airflow_smdist.backends import sagemaker_async
     from airflow_smdist.backends.sagemaker import SageMakerBackend
-    from airflow_smdist.triggers import base
 
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
-    monkeypatch.setattr(base, "LOG_LAG_SECONDS", 5.0)
-    monkeypatch.setattr(base, "LOG_SETTLE_SECONDS", 0.5)
+    monkeypatch.setattr(sagemaker_async, "LOG_LAG_SECONDS", 5.0)
+    monkeypatch.setattr(sagemaker_async, "LOG_SETTLE_SECONDS", 0.5)
     name = f"late-{uuid.uuid4().hex[:8]}"
     SageMakerBackend(aws_conn_id="aws_default", region_name="us-east-1").submit("training", request(name))
     group, stream = "/aws/sagemaker/TrainingJobs", f"{name}/algo-1-1700000000"
@@ -490,10 +493,12 @@ def test_the_moto_server_filters_list_calls_before_it_pages_them_as_the_service_
 
 def test_a_log_round_works_on_the_jobs_with_new_lines_not_on_every_watched_job(moto_server, tmp_path, monkeypatch):
     """The log round's bookkeeping follows the jobs that got lines (and those that joined), not the number of
-    jobs watched: a quiet round makes as many calls into the trigger module for 300 watched jobs as for 10, and
+    jobs watched: a quiet round makes as many calls into the trigger module and the CloudWatch reader's for 300
+    watched jobs as for 10, and
     a round in which 2 of 300 jobs logged hands lines to those 2 triggers only, once each."""
     from moto_server import seed_log_stream
 
+    from airflow_smdist.backends import sagemaker_async
     from airflow_smdist.triggers import base
 
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
@@ -521,7 +526,7 @@ def test_a_log_round_works_on_the_jobs_with_new_lines_not_on_every_watched_job(m
             counts: set = set()  # the frames, so a coroutine resumed after each await counts once
 
             def profile(frame, event, _arg, counts=counts):
-                if event == "call" and frame.f_code.co_filename == base.__file__:
+                if event == "call" and frame.f_code.co_filename in (base.__file__, sagemaker_async.__file__):
                     counts.add(frame)
 
             sys.setprofile(profile)
@@ -569,11 +574,12 @@ def test_a_job_joining_the_shared_log_cursor_with_a_later_saved_cursor_gets_no_l
     job's older lines again, and they are not logged a second time; its new lines are."""
     from moto_server import seed_log_stream
 
+    from airflow_smdist.backends import sagemaker_async
     from airflow_smdist.triggers import base
 
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "root"))
-    monkeypatch.setattr(base, "LOG_LAG_SECONDS", 5.0)
-    monkeypatch.setattr(base, "LOG_SETTLE_SECONDS", 0.5)
+    monkeypatch.setattr(sagemaker_async, "LOG_LAG_SECONDS", 5.0)
+    monkeypatch.setattr(sagemaker_async, "LOG_SETTLE_SECONDS", 0.5)
     group, run = "/aws/sagemaker/TrainingJobs", uuid.uuid4().hex[:6]
     a, b = f"join-{run}-a", f"join-{run}-b"
     now_ms = int(time.time() * 1000)

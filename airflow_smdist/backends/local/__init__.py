@@ -24,9 +24,10 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from airflow_smdist.backends.base import (
+    CAPABILITIES,
     TERMINAL_STATES,
     BackendError,
     JobNotFound,
@@ -37,6 +38,10 @@ from airflow_smdist.backends.local import diskspace, launcher
 from airflow_smdist.backends.local.notify import ChangeWaker
 from airflow_smdist.backends.local.store import JobStore, pid_alive, read_json, read_jsonl, write_json_atomic
 from airflow_smdist.kinds import kind_info, load
+
+if TYPE_CHECKING:
+    from airflow_smdist.backends.local.status_source import LocalStatusSource
+    from airflow_smdist.storage import Storage
 
 ACCOUNT = "000000000000"
 log = logging.getLogger(__name__)
@@ -113,6 +118,11 @@ class _Staging:
 
 class LocalBackend:
     name = "local"
+    #: requests may name file:// URIs; jobs run as no IAM role (a placeholder stands in); the provider's job
+    #: page; a wait of several jobs polls each (a state file read, woken at once by a change)
+    capabilities = CAPABILITIES["local"]
+    #: the supervisor writes lines of its own while it starts a job: a wait reads them at once
+    silent_before_containers = False
 
     def __init__(self, root: str | os.PathLike | None = None, *, region_name: str | None = None,
                  s3_endpoint_url: str | None = None, local_runtimes: dict | None = None,
@@ -375,6 +385,35 @@ class LocalBackend:
 
     def job_dir(self, kind: str, name: str) -> Path:
         return self.store.job_dir(kind, name)
+
+    # -- for the waits and the operators (the rest of the Backend protocol) ------------------------------
+    def status_source(self) -> LocalStatusSource:
+        """The jobs' statuses and log lines for the triggers' pollers (state and log files, in a thread)."""
+        from airflow_smdist.backends.local.status_source import LocalStatusSource
+
+        return LocalStatusSource(self)
+
+    def status_source_key(self) -> tuple[Any, ...]:
+        """Backends of the same job root share a status source in a triggerer."""
+        return ("local", str(self.store.root))
+
+    def first_log_cursor(self, created: float | None) -> Any:
+        """A job's log files are read from their start."""
+        return None
+
+    def log_cursor_path(self, kind: str, name: str) -> Path:
+        """Next to the job (it goes with the job's directory)."""
+        return self.job_dir(kind, name) / "trigger-log-cursor.json"
+
+    def storage(self) -> Storage:
+        """S3 through this backend's endpoint (the connection's ``s3_endpoint_url``), and file:// locally."""
+        from airflow_smdist.storage import Storage
+
+        return Storage(endpoint_url=self.s3_endpoint_url)
+
+    def default_code_location(self) -> str:
+        """``file://<job root>/code``."""
+        return f"file://{self.store.root.resolve()}/code"
 
     def _supervisor_env(self) -> dict[str, str]:
         env = dict(os.environ)
