@@ -126,7 +126,7 @@ def list_statement(kinds: Sequence[str]) -> Statement:
     """List*Jobs of the kinds: SageMaker's List calls take no resource-level permissions."""
     permissions = tuple(
         _sagemaker(kind_info(k).list_op, "deferrable waits and waits for several jobs: one List call per "
-                   "interval for all of them (triggers/base.py, lifecycle.py CoalescedRounds)") for k in kinds)
+                   "interval for all of them (backends/sagemaker_async.py, lifecycle.py CoalescedRounds)") for k in kinds)
     return Statement("SmdistListJobs", "all", "any", permissions)
 
 
@@ -162,7 +162,7 @@ def shared_statements(kinds: Sequence[str]) -> list[Statement]:
                        "... and reads them"),
             Permission("logs:FilterLogEvents", ("logs:FilterLogEvents",),
                        "deferrable waits and waits for several jobs: one call a round for all their "
-                       "streams (triggers/base.py, lifecycle.py CoalescedRounds)"),
+                       "streams (backends/sagemaker_async.py, lifecycle.py CoalescedRounds)"),
         )),
     ]
     if "training" in kinds:

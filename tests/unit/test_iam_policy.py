@@ -216,7 +216,7 @@ def test_every_call_in_the_policy_list_is_made_somewhere():
 def test_the_scan_sees_the_calls_that_were_missing_from_the_documented_policy():
     """The three the README's old table lacked (issue 30): found where they are made, and listed."""
     found, _ = scan()
-    for call, where in (("sagemaker:ListTags", "backends/sagemaker.py"), ("logs:FilterLogEvents", "triggers/base.py"),
+    for call, where in (("sagemaker:ListTags", "backends/sagemaker.py"), ("logs:FilterLogEvents", "backends/sagemaker_async.py"),
                         ("cloudwatch:GetMetricData", "insight.py")):
         assert any(where in w for w in found[call]), (call, found[call])
         assert iam.calls()[call] == call
