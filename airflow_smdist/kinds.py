@@ -148,8 +148,9 @@ class JobKindInfo:
     def result(self, description: dict[str, Any], backend: Any) -> dict[str, Any]:
         """The small XCom result of a finished job (what the kind's operator and sensor return)."""
         if self.result_function is None:
+            name = backend if isinstance(backend, str) else backend.name  # a Backend or its name
             out: dict[str, Any] = {"job_name": self.job_name(description), "job_arn": description.get(self.arn_key),
-                                   "status": self.status(description), "backend": getattr(backend, "name", backend)}
+                                   "status": self.status(description), "backend": name}
             if description.get("FailureReason"):
                 out["failure_reason"] = description["FailureReason"]
             return out

@@ -177,7 +177,7 @@ class SmdistProcessingOperator(_ProcessingOperator):
 
 def processing_result(description: dict[str, Any], backend: Any) -> dict[str, Any]:
     """The small, JSON-safe XCom result of a processing job (the full description stays on the backend)."""
-    backend_name = getattr(backend, "name", backend)  # a Backend or its name
+    backend_name = backend if isinstance(backend, str) else backend.name  # a Backend or its name
     cluster = (description.get("ProcessingResources") or {}).get("ClusterConfig") or {}
     outputs = (description.get("ProcessingOutputConfig") or {}).get("Outputs") or []
     start, end = description.get("ProcessingStartTime"), description.get("ProcessingEndTime")

@@ -241,7 +241,7 @@ def training_result(description: dict[str, Any], backend: Any, *, lr_scaling: di
     Everything comes from the job's description, so the result is the same in whichever process builds it:
     the try that submitted the job, a retry that reattached, or ``execute_complete`` after a deferral.
     ``backend`` is a Backend or its name."""
-    backend_name = getattr(backend, "name", backend)
+    backend_name = backend if isinstance(backend, str) else backend.name
     from airflow_smdist.backends.local.contract import decode_hyperparameters, split_hyperparameters
 
     all_hps = decode_hyperparameters(description.get("HyperParameters", {}))

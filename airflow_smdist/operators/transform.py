@@ -989,7 +989,7 @@ def sharded_batch_inference(group_id: str, *, input_uri: str, output_uri: str, s
 
 def transform_result(description: dict[str, Any], backend: Any) -> dict[str, Any]:
     """The small, JSON-safe result of one transform job (for sensors)."""
-    backend_name = getattr(backend, "name", backend)  # a Backend or its name
+    backend_name = backend if isinstance(backend, str) else backend.name  # a Backend or its name
     res = description.get("TransformResources") or {}
     out = {"job_name": description["TransformJobName"], "job_arn": description.get("TransformJobArn"),
            "status": description["TransformJobStatus"], "backend": backend_name,
