@@ -336,7 +336,7 @@ def write_results(backend, description: dict[str, Any], results_path: str | None
         definition = description.get("TrainingJobDefinition") or (description.get("TrainingJobDefinitions") or [{}])[0]
         results_path = join_uri(definition["OutputDataConfig"]["S3OutputPath"], name, "tuning-results")
     rows = trial_rows(list_training_jobs_for_tuning_job(backend, name))
-    storage = Storage(endpoint_url=backend.s3_endpoint_url)
+    storage = Storage.for_backend(backend)  # on SageMaker: the connection's S3 client, not a default one
     results_uri, plot_uri = join_uri(results_path, "trials.json"), join_uri(results_path, "objective.png")
     document = {"tuning_job": name, "strategy": cfg.get("Strategy"), "objective": objective,
                 "status": description["HyperParameterTuningJobStatus"],
