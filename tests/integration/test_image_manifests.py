@@ -219,3 +219,18 @@ def test_an_image_version_that_does_not_import_on_this_python_is_raised_to_the_f
     if sys.version_info >= (3, 12):
         assert f"six 1.16.0 instead of the image's 1.15.0 (1.15.0 installs on {py} but does not import there)" \
             in notes
+
+
+def test_a_specifier_in_a_manifest_is_not_read_as_an_old_version():
+    """The scikit-learn 1.4-2 image installs numpy 2.1.0 and ``scipy>=1.9.0``: the specifier is not scipy 1.9
+    (which would need numpy < 2), so no requirement set asks for numpy 2.1.0 and numpy < 2 together (the runtime
+    did not resolve at all)."""
+    spec = runtimes.image_spec("683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.4-2-cpu-py3")
+    assert spec.pins["numpy"] == "2.1.0" and spec.pins["scipy"].startswith(">=")
+    for _label, reqs in runtimes.attempts(spec, None):
+        numpy = [r for r in reqs if r.startswith("numpy")]
+        assert numpy and not any("<2" in r for r in numpy), numpy
+    assert not any(r.startswith("numpy<2") for r in runtimes.unpinned(spec))
+    # a real old version still asks for numpy < 2 (the 1.2-1 image: scikit-learn 1.2.1)
+    old = runtimes.image_spec(IMAGES["scikit-learn"])
+    assert any(r == "numpy<2" or r.endswith(",<2") or r.startswith("numpy==1.") for r in runtimes.attempts(old, None)[1][1])

@@ -658,7 +658,7 @@ def _numpy1(pins: dict, versions: dict[str, str]) -> bool:
     """Whether a framework package at this version needs numpy < 2."""
     for pkg, first_numpy2 in NUMPY1_BEFORE.items():
         v = versions.get(pkg) or pins.get(pkg)
-        if v and _vtuple(v) < _vtuple(first_numpy2):
+        if v and _is_version(v) and _vtuple(v) < _vtuple(first_numpy2):  # a specifier (">=1.9.0") is no version
             return True
     return False
 
