@@ -17,6 +17,7 @@ import signal
 import time
 from collections import Counter
 
+import httpx
 import pytest
 from deployment import Api, component, declared_dag_ids, local_jobs, task_process
 
@@ -151,15 +152,36 @@ def print_tries(api: Api, obs: Observed, label: str, task_id: str, map_index: in
     dag_id, run_id = obs.runs[label]
     for n in tries:
         print(f"--- {label} {task_id}[{map_index}] try {n}:")
-        print("\n".join(failure_lines(api.log(dag_id, run_id, task_id, n, map_index))))
+        try:
+            print("\n".join(failure_lines(api.log(dag_id, run_id, task_id, n, map_index))))
+        except httpx.HTTPStatusError as exc:  # a try the scheduler failed may have no log of its own
+            print(f"(no log: HTTP {exc.response.status_code})")
+
+
+def airflow_defer_race(dag_id: str, run_id: str, task_id: str) -> str | None:
+    """The scheduler's line when Airflow's own race failed a try of this task, else None: the executor's
+    success event of a try's defer-exit is handled after the trigger fired and the task was queued again, and
+    the scheduler fails the queued try as "changed externally" (apache/airflow#67287 and #72716, open on 3.3;
+    the provider's retry reattaches to the same job)."""
+    path = os.path.join(os.environ.get("AIRFLOW_LOCAL_DIR", ""), "logs", "scheduler.log")
+    mark = f"<TaskInstance: {dag_id}.{task_id} {run_id} "
+    with open(path, errors="replace") as fh:
+        return next((line.strip() for line in fh if mark in line and "finished with state success, but the task "
+                     "instance's state attribute is" in line), None)
 
 
 def test_many_jobs_runs_tasks_in_parallel_and_none_needs_a_retry(observed: Observed, api: Api):
     tis = [t for t in observed.tis["C"] if t["start_date"] and t["end_date"]]
     retried = [(t["task_id"], t["map_index"], t["try_number"]) for t in tis if t["try_number"] != 1]
+    dag_id, run_id = observed.runs["C"]
     for task_id, map_index, tries in retried:  # why the first tries failed
         print_tries(api, observed, "C", task_id, map_index, range(1, tries))
-    assert retried == [], "a task of smdist_many_jobs failed a try (e.g. two jobs racing for a port)"
+    races = {r: airflow_defer_race(dag_id, run_id, r[0]) for r in retried}
+    for r, line in races.items():
+        if line:
+            print(f"Airflow's defer race (not the provider's) failed a try of {r}: {line}")
+    ours = [r for r, line in races.items() if not line]
+    assert ours == [], "a task of smdist_many_jobs failed a try (e.g. two jobs racing for a port)"
     spans = sorted((t["start_date"], t["end_date"], t["task_id"], t["map_index"]) for t in tis)
     overlapping = [(a[2:], b[2:]) for i, a in enumerate(spans) for b in spans[i + 1:] if b[0] < a[1]]
     assert overlapping, f"no two tasks ran at the same time: {spans}"
