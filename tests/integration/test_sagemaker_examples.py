@@ -201,3 +201,54 @@ def test_pytorch_toolkit_mnist_imports_sagemaker_training_and_torchvision_and_tr
         assert len(accuracy) == 3 and accuracy[-1] >= 50, (host, accuracy)  # chance is 10 %
     with tarfile.open(result["model_artifacts"][len("file://"):]) as tar:
         assert "model.pth" in tar.getnames(), tar.getnames()
+
+
+MNIST_SAMPLE = os.path.join(os.path.dirname(EXAMPLES), "mnist_sample")
+
+
+@pytest.mark.torch
+def test_pytorch_inference_toolkit_mnist_model_classifies_real_digits_in_a_batch_transform(tmp_path, monkeypatch):
+    """The PyTorch inference toolkit's own MNIST model, unmodified (its model_fn in code/mnist.py, the trained
+    torch_model.pth, code/requirements.txt naming transformers, which mnist.py imports), as a model.tar.gz in a
+    batch transform of the pytorch-inference image through the batch inference operator: the requirements are
+    installed before it serves, the container's default input/predict/output handlers run (npy in, JSON out),
+    and it classifies 200 real MNIST test digits."""
+    import numpy as np
+
+    from airflow_smdist.operators.transform import SageMakerShardedBatchInferenceOperator
+
+    monkeypatch.setenv("SMDIST_LOCAL_RUNTIME", "image")
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    model_dir = os.path.join(EXAMPLES, "pytorch_inference_mnist")
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:  # as the toolkit's test packs its model_cpu directory
+        for name in ("torch_model.pth", "code/mnist.py", "code/requirements.txt"):
+            tar.add(os.path.join(model_dir, name), arcname=name)
+    images = np.load(os.path.join(MNIST_SAMPLE, "images_200.npy")).astype(np.float32) / 255
+    labels = np.load(os.path.join(MNIST_SAMPLE, "labels_200.npy"))
+    (tmp_path / "in").mkdir()
+    for part in range(2):  # the client's preprocessing, as the model was trained: Normalize((0.1307,), (0.3081,))
+        batch = (images[part * 100:(part + 1) * 100, None] - 0.1307) / 0.3081
+        np.save(tmp_path / "in" / f"digits-{part}.npy", batch)
+    op = SageMakerShardedBatchInferenceOperator(
+        task_id="score", input_uri=f"file://{tmp_path}/in", output_uri=f"file://{tmp_path}/out",
+        model_data=f"file://{archive}", framework="pytorch", framework_version="2.5.1", py_version="py311",
+        program="mnist.py", role=ROLE, instance_count=1, content_type="application/x-npy",
+        accept="application/json", poll_interval=1)
+    ti = SimpleNamespace(dag_id="dag", task_id="score", map_index=-1, try_number=1, xcom_push=lambda **_: None)
+    summary = op.execute({"ti": ti, "run_id": f"run-{uuid.uuid4().hex}"})
+    assert summary["complete"] and summary["objects"] == 2, summary
+    predicted = []
+    for part in range(2):
+        scores = json.loads((tmp_path / "out" / f"digits-{part}.npy.out").read_text())
+        assert np.array(scores).shape == (100, 10)
+        predicted += [int(np.argmax(row)) for row in scores]
+    accuracy = float(np.mean(np.array(predicted) == labels))
+    assert accuracy >= 0.9, accuracy  # the toolkit's trained model on real digits (chance: 0.1)
+    from airflow_smdist.backends.local import LocalBackend
+
+    (job,) = [j["job_name"] for j in summary["jobs"]]
+    lines = [e.message for e in LocalBackend(tmp_path / "jobs").log_events("transform", job)[0]]
+    said = [m for m in lines if m.startswith("installing requirements.txt into the job's layer")]
+    assert len(said) == 1 and "as the serving container's, before its model server starts" in said[0], said
+    assert any(m.strip().startswith("+ transformers==") for m in lines), lines[-30:]

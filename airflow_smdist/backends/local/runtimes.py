@@ -1130,7 +1130,7 @@ Runner = Callable[[list[str], str], tuple[int, str]]
 
 def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os.PathLike,
                   log: Callable[[str], None] = lambda _m: None, run: Runner | None = None,
-                  cwd: str | None = None) -> Runtime:
+                  cwd: str | None = None, installer: str = "the training toolkit's") -> Runtime:
     """The training toolkit's pre-run install for a code directory: ``setup.py`` present -> the package
     (and ``requirements.txt``), else ``requirements.txt`` alone; into ``layer``, which goes first on the
     hosts' PYTHONPATH. With pip's semantics in an image (:func:`_pip_like`): what the image has and the
@@ -1145,7 +1145,7 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os
     args = (["."] if has_setup else []) + (["-r", "requirements.txt"] if has_reqs else [])
     toolkit_cmd = f"{runtime.python} -m pip install " + " ".join(args)
     log(f"installing {' and '.join(a for a in ('the setup.py package' if has_setup else '', 'requirements.txt' if has_reqs else '') if a)} "
-        f"into the job's layer (as the training toolkit's: {toolkit_cmd})")
+        f"into the job's layer (as {installer}: {toolkit_cmd})")
     started = time.time()
     runner: Runner = run or (lambda c, d: _run(c, log=log, cwd=d))
     where = cwd or str(code_dir)

@@ -284,7 +284,8 @@ class TransformSupervisor(JobSupervisor):
         env = {**self.runtime.apply(self.worker_env(container, host, str(self.host_dir(host)), 1)),
                **runtimes.job_tls_env()}
         rt = runtimes.install_layer(self.runtime, code, self.dir / "layer", log=self.say, cwd=inside,
-                                    run=lambda cmd, cwd: self.run_in_host(host, cmd, env, cwd, self.say))
+                                    run=lambda cmd, cwd: self.run_in_host(host, cmd, env, cwd, self.say),
+                                    installer="the serving container's, before its model server starts")
         self.save(runtime=rt.to_json())
         return rt
 
