@@ -95,6 +95,8 @@ LEFT_OUT: dict[str, tuple[str, str]] = {
     "libgcc": ("a conda library, not a Python package", "none"),
     "openssl": ("a conda library, not a Python package", "Python's own ssl"),
     "conda-content-trust": ("conda's own tooling", "none"),
+    "conda": ("the image's package manager (Miniconda's), not a PyPI package", "none: its Python requirements "
+              "(requests, tqdm, ...) are in the runtime as the image's base environment has them"),
     "sagemaker-debugger": ("installed from its git repository at a tag, not from PyPI", "none"),
     "smspark": ("the container's own launcher, installed from the container repository", "the local backend's "
                 "Spark platform (spark-submit of the runtime's pyspark)"),
@@ -152,21 +154,23 @@ FAMILIES: dict[str, dict] = {
     "scikit-learn": {
         "repositories": ["sagemaker-scikit-learn"], "framework": "sklearn", "package": "scikit-learn",
         "versions": {
-            "0.23": [{"source": "sklearn", "ref": "0.23-1", "path": "requirements.txt"}],
-            "1.0": [{"source": "sklearn", "ref": "1.0-1", "path": "requirements.txt"}],
-            "1.2": [{"source": "sklearn", "ref": "1.2-1", "path": "requirements.txt"}],
-            "1.4": [_dlc("docker/sklearn/1.4-2-py312/requirements.txt", ref="main")],
+            # the base image (Miniconda, its Python, pyarrow from conda) first, then the final image's pip install
+            **{v: [{"source": "sklearn", "ref": f"{v}-1", "path": f"docker/{v}-1/base/Dockerfile.cpu",
+                    "conda_base": True},
+                   {"source": "sklearn", "ref": f"{v}-1", "path": "requirements.txt"}] for v in ("0.23", "1.0", "1.2")},
+            "1.4": [_dlc("docker/sklearn/1.4-2-py312/Dockerfile", ref="main"),
+                    _dlc("docker/sklearn/1.4-2-py312/requirements.txt", ref="main")],
             "1.9": [_dlc("docker/sklearn/1.9-0/pyproject.toml", ref="main")],
         }},
     "xgboost": {
         "repositories": ["sagemaker-xgboost"], "framework": "xgboost", "package": "xgboost",
         "versions": {
             "1.5": [{"source": "xgboost", "ref": "1.5-1", "path": "requirements.txt"},
-                    {"source": "xgboost", "ref": "1.5-1", "path": "docker/1.5-1/base/Dockerfile.cpu", "only": ["xgboost"]}],
+                    {"source": "xgboost", "ref": "1.5-1", "path": "docker/1.5-1/base/Dockerfile.cpu", "only": ["xgboost"], "conda_base": True}],
             "1.7": [{"source": "xgboost", "ref": "1.7-1", "path": "requirements.txt"},
-                    {"source": "xgboost", "ref": "1.7-1", "path": "docker/1.7-1/base/Dockerfile.cpu", "only": ["xgboost"]}],
+                    {"source": "xgboost", "ref": "1.7-1", "path": "docker/1.7-1/base/Dockerfile.cpu", "only": ["xgboost"], "conda_base": True}],
             "3.0": [{"source": "xgboost", "ref": "HEAD", "path": "requirements.txt"},
-                    {"source": "xgboost", "ref": "HEAD", "path": "docker/3.0-5/base/Dockerfile.cpu", "only": ["xgboost"]}],
+                    {"source": "xgboost", "ref": "HEAD", "path": "docker/3.0-5/base/Dockerfile.cpu", "only": ["xgboost"], "conda_base": True}],
         }},
     "spark-processing": {
         "repositories": ["sagemaker-spark-processing"], "framework": "spark", "package": "pyspark",
@@ -422,6 +426,25 @@ def _core_packages(git_dir: str, src: dict, found: dict[str, str]) -> list[str]:
     return [f"{src['ref']}:{core}"]
 
 
+#: What an image built on Miniconda has in its base environment beyond what its Dockerfiles install: the packages
+#: conda itself requires (conda/conda's pyproject.toml; conda 23 and later), those PyPI has as wheels (not
+#: conda-libmamba-solver, menuinst, pycosat, frozendict: conda's own machinery), at the newest version that agrees
+#: (the installer's exact versions are not in the build files). Scripts import requests and tqdm from there: the
+#: scikit-learn 1.4-2 image's Dockerfile installs requests explicitly because "miniconda ships it by default".
+#: conda 4.x required fewer: requests, and tqdm through conda-package-handling.
+CONDA_BASE = {"archspec": "", "boltons": "", "charset-normalizer": "", "distro": "", "jsonpatch": "", "packaging": "",
+              "platformdirs": "", "pluggy": "", "requests": "", "ruamel.yaml": "<0.19", "tqdm": "", "zstandard": ""}
+CONDA_4_BASE = {"requests": "", "tqdm": ""}
+
+
+def conda_base(dockerfile: str) -> dict[str, str]:
+    """The Python packages of Miniconda's base environment, where the Dockerfile installs Miniconda."""
+    if "Miniconda3" not in dockerfile:
+        return {}
+    m = re.search(r"^ARG (?:CONDA_PKG_VERSION|MINICONDA_VERSION)=([0-9]+)", dockerfile, re.M)
+    return dict(CONDA_4_BASE if m and int(m.group(1)) < 23 else CONDA_BASE)
+
+
 def version_entry(family: str, recipe: dict, sources: list[dict], dirs: dict[str, str]) -> dict:
     packages: dict[str, str] = {}
     files, python = [], None
@@ -449,6 +472,8 @@ def version_entry(family: str, recipe: dict, sources: list[dict], dirs: dict[str
             files += _core_packages(git_dir, src, found)
         if src.get("only"):
             found = {k: v for k, v in found.items() if k in src["only"]}
+        if src.get("conda_base"):
+            found.update({k: v for k, v in conda_base(text).items() if k not in found and k not in packages})
         python = src.get("python") or python
         packages.update(found)
         packages.update(src.get("add", {}))
@@ -461,6 +486,7 @@ def version_entry(family: str, recipe: dict, sources: list[dict], dirs: dict[str
                              **({"excluded": True} if name in EXCLUDED else {}),
                              **({"pairs_with": "torch"} if name in TORCH_COMPANIONS else {})})
     for name, why, instead in FAMILY_LEFT_OUT.get(family, []):
+        packages.pop(name, None)  # a Dockerfile that installs the container's own wheel names it too
         left_out.append({"package": name, "version": "", "why": why, "instead": instead})
     entry = {"python": python, "files": files, "packages": dict(sorted(packages.items())), "left_out": left_out}
     if recipe["package"] == "transformers":

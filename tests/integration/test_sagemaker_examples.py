@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tarfile
 import uuid
 from types import SimpleNamespace
@@ -26,6 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(HERE), "fixtures", "sagemaker_examples")
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 HEAVY_ENV = "SMDIST_TEST_IMAGE_RUNTIMES"
+#: the scikit-learn 1.2-1 image's own scikit-learn has no wheel for Python >= 3.12 (the runtime falls back to 1.3)
+SKLEARN_1_2 = pytest.mark.skipif(sys.version_info >= (3, 12), reason="no scikit-learn 1.2 wheel for this Python")
 
 
 def _listed() -> dict[str, str]:
@@ -252,3 +255,46 @@ def test_pytorch_inference_toolkit_mnist_model_classifies_real_digits_in_a_batch
     said = [m for m in lines if m.startswith("installing requirements.txt into the job's layer")]
     assert len(said) == 1 and "as the serving container's, before its model server starts" in said[0], said
     assert any(m.strip().startswith("+ transformers==") for m in lines), lines[-30:]
+
+
+def _abalone_csv(path, rows: int) -> None:
+    """A headerless abalone CSV (sex, seven measurements, rings), with a missing measurement now and then, as
+    the example's dataset has none but its imputer expects."""
+    import random
+
+    rng = random.Random(3)
+    with open(path, "w") as f:
+        for i in range(rows):
+            length = rng.uniform(0.1, 0.8)
+            values = [length, length * 0.8, length * 0.3, length * 2, length * 0.9, length * 0.4, length * 0.6]
+            cells = ["" if i % 37 == 5 and j == 2 else f"{v:.4f}" for j, v in enumerate(values)]
+            f.write(",".join([rng.choice("MFI"), *cells, str(int(3 + length * 20))]) + "\n")
+
+
+@SKLEARN_1_2
+def test_scikit_learn_processing_script_importing_requests_preprocesses_in_a_processing_job(tmp_path, monkeypatch):
+    """The Pipelines step-caching example's SKLearnProcessor script, unmodified, in a processing job of the
+    scikit-learn image through the processing operator: it imports requests (in the image), reads its input from
+    /opt/ml/processing/input, and its three splits are uploaded from /opt/ml/processing/{train,validation,test}."""
+    from airflow_smdist.operators.processing import SmdistProcessingOperator
+
+    monkeypatch.setenv("SMDIST_LOCAL_RUNTIME", "image")
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
+    (tmp_path / "raw").mkdir()
+    _abalone_csv(tmp_path / "raw" / "abalone-dataset.csv", 200)
+    outputs = {split: {"source": f"/opt/ml/processing/{split}", "destination": f"file://{tmp_path}/{split}"}
+               for split in ("train", "validation", "test")}
+    op = SmdistProcessingOperator(
+        task_id="preprocess", framework="sklearn", framework_version="1.2-1", instance_type="ml.m5.xlarge",
+        instance_count=1, role=ROLE, code=os.path.join(EXAMPLES, "sklearn_processing_preprocessing", "preprocessing.py"),
+        inputs={"input": {"source": f"file://{tmp_path}/raw", "destination": "/opt/ml/processing/input"}},
+        outputs=outputs, poll_interval=1)
+    ti = SimpleNamespace(dag_id="dag", task_id="preprocess", map_index=-1, try_number=1)
+    result = op.execute({"ti": ti, "run_id": f"run-{uuid.uuid4().hex}"})
+    assert result["status"] == "Completed", result
+    rows = {split: (tmp_path / split / f"{split}.csv").read_text().splitlines() for split in outputs}
+    assert [len(r) for r in rows.values()] == [140, 30, 30], {k: len(v) for k, v in rows.items()}
+    widths = {len(line.split(",")) for r in rows.values() for line in r}
+    assert widths == {11}, widths  # rings, 7 scaled measurements, 3 one-hot sexes
+    rings = sorted(float(line.split(",")[0]) for r in rows.values() for line in r)
+    assert rings[0] >= 3 and rings[-1] <= 19  # the label is first and unscaled
