@@ -348,9 +348,10 @@ class StubStatusSource:
         """The next ``what`` ("describe", "logs") calls raise these, one each."""
         self.errors.setdefault(what, deque()).extend(errors)
 
-    async def until_waiting(self, timeout: float = 1.0) -> None:
-        """Until a List call waits for an answer not scripted yet (every scripted round has been made)."""
-        deadline = time.monotonic() + timeout
+    async def until_waiting(self) -> None:
+        """Until a List call waits for an answer not scripted yet (every scripted round has been made); fails
+        the test after SCRIPT_WAIT_SECONDS."""
+        deadline = time.monotonic() + SCRIPT_WAIT_SECONDS
         while not (self.waiting and not self.lists):
             if time.monotonic() > deadline:
                 raise AssertionError(f"the poller made no List call after its scripted ones ({self.list_calls})")
