@@ -71,11 +71,8 @@ class BackendError(RuntimeError):
     def __init__(self, message: str, *, code: str | None = None, operation: str | None = None) -> None:
         self.code = code
         self.operation = operation
-        prefix = ""
-        if operation:
-            prefix += f"{operation} failed"
-        if code:
-            prefix += f" ({code})"
+        # "DescribeTrainingJob failed (ValidationException): ...", "(ValidationException): ..." (no operation)
+        prefix = " ".join(p for p in (f"{operation} failed" if operation else "", f"({code})" if code else "") if p)
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 

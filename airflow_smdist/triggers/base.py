@@ -452,21 +452,23 @@ class SmdistJobTrigger(BaseTrigger):
         secrets = bool(self.secret_hyperparameters)  # their values come from one Describe, before any log line
         queue = poller.watch(self.job_name, None if secrets else self.job_status, self.as_of)
         logging_started = False
-        if self.job_status and not secrets:
-            lifecycle.observe({kind_info(self.kind).status_key: self.job_status})
+        # a job that had already ended when its status was taken ends the wait now: no List reports it again
+        payload = (lifecycle.observe({kind_info(self.kind).status_key: self.job_status})
+                   if self.job_status and not secrets else None)
         try:
             while True:
                 if self.print_logs and not logging_started and not secrets:
                     log_poller.watch(self.job_name, self._load_cursor(backend), self._log_sink(backend))
                     logging_started = True
-                item = await queue.get()
-                if isinstance(item, Exception):
-                    payload = lifecycle.error(item)
-                else:
-                    if secrets:
-                        self.mask_secrets(item)
-                        secrets = False
-                    payload = lifecycle.observe(item)
+                if payload is None:
+                    item = await queue.get()
+                    if isinstance(item, Exception):
+                        payload = lifecycle.error(item)
+                    else:
+                        if secrets:
+                            self.mask_secrets(item)
+                            secrets = False
+                        payload = lifecycle.observe(item)
                 if payload is None:
                     continue
                 if logging_started and payload["job_status"] is not None:
