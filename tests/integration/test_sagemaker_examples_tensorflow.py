@@ -8,21 +8,31 @@ sha256 against the real MNIST's and downloads on a mismatch, so only the real fi
 synthetic one of MNIST's shapes, and show both sides: the script unmodified fails as it would on SageMaker (Keras
 found the channel's file, rejected it, and could not download), and it trains on 1 and 2 hosts when that one check
 is stood in for (``tests/fixtures/tensorflow/keras_cache``). With the real file at ``SMDIST_TEST_KERAS_MNIST``, the
-script runs unmodified and alone."""
+script runs unmodified and alone.
+
+The TensorFlow Serving container's own example ``test1/inference.py`` (``input_handler`` / ``output_handler``)
+serves its own test model, ``half_plus_three`` (a SavedModel, version 00000123), in batch transform jobs of the
+tensorflow-inference image: the local engine's stand-in for TF Serving (docs/contracts.md). That runtime is heavy
+(tensorflow-cpu and tensorflow-serving-api): built only with ``SMDIST_TEST_IMAGE_RUNTIMES=all`` or
+``=tensorflow-inference``."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
+import tarfile
 import uuid
 
 import pytest
 
 from airflow_smdist.backends.local import LocalBackend, launcher
+from airflow_smdist.backends.local import transform as local_transform
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.training import build_training
+from airflow_smdist.specs.transform import build_model, build_transform
 from jobs import wait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,6 +44,9 @@ ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 MNIST_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 MNIST_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"  # keras.datasets.mnist's
 REAL_MNIST_ENV = "SMDIST_TEST_KERAS_MNIST"
+HALF_PLUS_THREE = os.path.join(EXAMPLES, "tfs_half_plus_three")
+TF_INFERENCE_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-inference:2.16-cpu"
+HEAVY_ENV = "SMDIST_TEST_IMAGE_RUNTIMES"
 KERAS_HOME = "/opt/ml/input/data/keras"
 
 namespaced = pytest.mark.skipif(launcher.namespace_prefix() is None, reason="the script's hosts are named algo-N "
@@ -192,3 +205,73 @@ def test_train_dummy_unmodified_trains_on_two_hosts_from_the_real_mnist_in_a_cha
     for host, host_said in _by_host(lines, 2).items():
         assert not any(m.startswith(("Downloading data from", "A local file was found")) for m in host_said)
         assert len(_epochs(host_said)) == 3, (host, host_said[-20:])
+
+
+# -- TensorFlow Serving: the container's own inference.py and test model in batch transform ---------------------
+def _wanted(family: str) -> bool:
+    wanted = {f.strip() for f in os.environ.get(HEAVY_ENV, "").split(",") if f.strip()}
+    return "all" in wanted or family in wanted
+
+
+def _transform(tmp_path, monkeypatch, inputs: dict[str, str], *, content_type: str, code: bool = True,
+               split_type: str | None = "Line", accept: str | None = "application/json"):
+    """A batch transform job of the tensorflow-inference 2.16 image over ``inputs`` (name -> text), its model
+    the TFS container's half_plus_three SavedModel with (``code``) the container's test1 inference.py in
+    ``code/``, as the SDK's TensorFlowModel packs them. Returns (describe, {host: [lines]}, {name: output})."""
+    if not _wanted("tensorflow-inference"):
+        pytest.skip(f"a heavy runtime: run with {HEAVY_ENV}=all or =tensorflow-inference")
+    monkeypatch.setenv("SMDIST_LOCAL_RUNTIME", "image")
+    backend = LocalBackend(tmp_path / "jobs")
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(os.path.join(HALF_PLUS_THREE, "model", "00000123"), arcname="00000123")
+        if code:
+            tar.add(os.path.join(HALF_PLUS_THREE, "code", "inference.py"), arcname="code/inference.py")
+    model = f"half-plus-three-{uuid.uuid4().hex[:8]}"
+    local_transform.create_model(backend, build_model(model_name=model, model_data=f"file://{archive}", role=ROLE,
+                                                      image_uri=TF_INFERENCE_IMAGE).request)
+    (tmp_path / "in").mkdir()
+    for name, text in inputs.items():
+        (tmp_path / "in" / name).write_text(text)
+    job = f"tfs-{uuid.uuid4().hex[:8]}"
+    backend.submit("transform", build_transform(job_name=job, model_name=model, input_uri=f"file://{tmp_path}/in",
+                                                output_uri=f"file://{tmp_path}/out", content_type=content_type,
+                                                split_type=split_type, accept=accept,
+                                                assemble_with="Line" if split_type == "Line" else None))
+    d = wait(backend, "transform", job, timeout=1200)  # a cold runtime cache downloads tensorflow-cpu once
+    by_host: dict[str, list[str]] = {}
+    for e in backend.log_events("transform", job)[0]:
+        by_host.setdefault(e.host, []).append(e.message)
+    out = {p.name[:-4]: p.read_text() for p in sorted((tmp_path / "out").glob("*.out"))}
+    return d, by_host, out
+
+
+def test_tfs_container_inference_py_serves_half_plus_three_in_a_batch_transform(tmp_path, monkeypatch):
+    """test1's input_handler turns each CSV record into TF Serving's ``{"instances": [...]}`` and POSTs it to
+    ``context.rest_uri``; the model (x / 2 + 3) answers ``{"predictions": [...]}``, which output_handler returns
+    with the request's Accept: one line of output per line of input."""
+    d, by_host, out = _transform(tmp_path, monkeypatch, {"a.csv": "1.0,2.0,5.0\n0,-2,10\n"},
+                                 content_type="text/csv")
+    assert d["TransformJobStatus"] == "Completed", (d.get("FailureReason"), by_host)
+    assert [json.loads(line) for line in out["a.csv"].splitlines()] == [
+        {"predictions": [3.5, 4.0, 5.5]}, {"predictions": [3.0, 2.0, 8.0]}], out
+
+
+def test_tfs_container_inference_py_fails_an_unsupported_content_type_as_its_handler_says(tmp_path, monkeypatch):
+    """test1 raises for a content type it does not handle; the model server answers 500 with the error, and
+    the batch transform job fails naming it, with no output for the object."""
+    d, by_host, out = _transform(tmp_path, monkeypatch, {"a.npy": "not numpy"}, content_type="application/x-npy",
+                                 split_type=None)
+    assert d["TransformJobStatus"] == "Failed", (d.get("FailureReason"), by_host)
+    assert "unsupported content type application/x-npy" in d["FailureReason"], d["FailureReason"]
+    assert out == {}
+
+
+def test_tfs_without_inference_code_takes_json_and_csv_as_the_containers_nginx_does(tmp_path, monkeypatch):
+    """No code/inference.py: the container's nginx (tensorflowServing.js) forwards TF Serving JSON as it is and
+    wraps other JSON as ``{"instances": ...}``; the response comes back as TF Serving gives it."""
+    d, by_host, out = _transform(tmp_path, monkeypatch, {"a.json": '{"instances": [1.0, 2.0, 5.0]}\n[4.0, 6.0]\n'},
+                                 content_type="application/json", code=False)
+    assert d["TransformJobStatus"] == "Completed", (d.get("FailureReason"), by_host)
+    assert [json.loads(line) for line in out["a.json"].splitlines()] == [
+        {"predictions": [3.5, 4.0, 5.5]}, {"predictions": [5.0, 6.0]}], out
