@@ -253,6 +253,11 @@ def test_tfs_container_inference_py_serves_half_plus_three_in_a_batch_transform(
     d, by_host, out = _transform(tmp_path, monkeypatch, {"a.csv": "1.0,2.0,5.0\n0,-2,10\n"},
                                  content_type="text/csv")
     assert d["TransformJobStatus"] == "Completed", (d.get("FailureReason"), by_host)
+    assert "Transforming on 1 instance(s) with the tensorflow inference defaults" in by_host["platform"]
+    assert "TF Serving stand-in: loaded model version 123 from /opt/ml/model/00000123 (signatures: serving_default, " \
+           "tensorflow/serving/regress)" in by_host["algo-1"], by_host["algo-1"][-20:]
+    assert "TF Serving stand-in: REST API on port 8501 (model model); handlers from /opt/ml/model/code/inference.py" \
+        in by_host["algo-1"], by_host["algo-1"][-20:]
     assert [json.loads(line) for line in out["a.csv"].splitlines()] == [
         {"predictions": [3.5, 4.0, 5.5]}, {"predictions": [3.0, 2.0, 8.0]}], out
 
@@ -273,5 +278,6 @@ def test_tfs_without_inference_code_takes_json_and_csv_as_the_containers_nginx_d
     d, by_host, out = _transform(tmp_path, monkeypatch, {"a.json": '{"instances": [1.0, 2.0, 5.0]}\n[4.0, 6.0]\n'},
                                  content_type="application/json", code=False)
     assert d["TransformJobStatus"] == "Completed", (d.get("FailureReason"), by_host)
+    assert any(m.endswith("no inference.py: the container's nginx conversion of JSON and CSV") for m in by_host["algo-1"])
     assert [json.loads(line) for line in out["a.json"].splitlines()] == [
-        {"predictions": [3.5, 4.0, 5.5]}, {"predictions": [5.0, 6.0]}], out
+        {"predictions": [3.5, 4.0, 5.5]}, {"predictions": [[5.0, 6.0]]}], out  # [4.0, 6.0] is one instance
