@@ -27,8 +27,10 @@ Where the user's inference code comes from, as the SageMaker framework serving c
 Defaults: ``generic`` is sagemaker-inference-toolkit's ``DefaultInferenceHandler`` with its ``decoder`` /
 ``encoder`` (CSV, JSON, NPY; no default model_fn / predict_fn); ``sklearn`` is the SKLearn container's
 (inputs as float32, ``model.predict``); ``pytorch`` is the PyTorch inference toolkit's (TorchScript
-``model.pt``, tensors, ``model(x)`` under ``no_grad``). :func:`defaults_for_image` picks them from the
-model's image, as the container in that image would.
+``model.pt``, tensors, ``model(x)`` under ``no_grad``). ``tensorflow`` is not the inference toolkit at all but
+the TensorFlow Serving container's contract (:class:`TensorFlowServingHandler`: ``handler`` or ``input_handler`` /
+``output_handler`` around TF Serving's REST API, stood in for by :class:`SavedModelServer`; docs/contracts.md §4.5).
+:func:`defaults_for_image` picks them from the model's image, as the container in that image would.
 """
 
 from __future__ import annotations
@@ -242,12 +244,15 @@ DEFAULT_HANDLERS = {"generic": DefaultInferenceHandler, "sklearn": SKLearnInfere
 
 
 def defaults_for_image(image: str | None) -> str:
-    """Which container's defaults an image runs: ``sklearn``, ``pytorch`` or ``generic``."""
+    """Which container's defaults an image runs: ``sklearn``, ``pytorch``, ``tensorflow`` (the TensorFlow
+    Serving container: :class:`TensorFlowServingHandler`) or ``generic``."""
     repo = (image or "").rsplit("/", 1)[-1].split(":")[0].split("@")[0].lower()
     if "scikit-learn" in repo or "sklearn" in repo:
         return "sklearn"
     if repo.startswith("pytorch"):
         return "pytorch"
+    if repo.startswith("tensorflow-inference") or repo.startswith("sagemaker-tensorflow-serving"):
+        return "tensorflow"
     return "generic"
 
 
@@ -349,6 +354,385 @@ class Handler:
             body = encode(body, response_type).encode("utf-8") if base_type(response_type) != NPY \
                 else encode(body, response_type)
         return bytes(body), response_type
+
+
+# -- the TensorFlow Serving container (tensorflow-inference images) -----------------------------------------
+# What the image's /sagemaker/serve does (deep-learning-containers, tensorflow/inference/docker/build_artifacts/
+# sagemaker: serve.py, python_service.py, tfs_utils.py, tensorflowServing.js): TF Serving (C++) serves every
+# SavedModel under /opt/ml/model on REST port 8501; /invocations goes through the model's
+# code/inference.py (``handler(data, context)``, or ``input_handler`` -> POST to ``context.rest_uri`` ->
+# ``output_handler``) when it exists, else through nginx's tensorflowServing.js (JSON / JSON lines / CSV into TF
+# Serving's ``{"instances": ...}``). The server binary is not a Python package: a REST server here stands in for
+# it (``:predict``, loading each SavedModel in a TensorFlow session as TF Serving does), docs/contracts.md.
+TFS_DEFAULTS = "tensorflow"
+TFS_REST_PORT = 8501
+TFS_GRPC_PORT = "9000"
+TFS_CONTEXT_FIELDS = ("model_name, model_version, method, rest_uri, grpc_port, channel, custom_attributes, "
+                      "request_content_type, accept_header, content_length")
+
+
+class TfsError(Exception):
+    """A TF Serving REST error: its HTTP status and ``{"error": message}`` body."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+def find_saved_models(model_dir: str) -> dict[str, dict[int, str]]:
+    """TF Serving's model config as serve.py writes it (tfs_utils.find_models / find_model_versions): each
+    directory holding a ``<number>/saved_model.pb`` is a model named after the directory (the model directory
+    itself: ``model``, as /opt/ml/model is), its numbered directories its versions (leading zeros dropped)."""
+    models: dict[str, dict[int, str]] = {}
+    for dirpath, dirs, files in os.walk(model_dir):
+        dirs.sort()
+        version = os.path.basename(dirpath)
+        if "saved_model.pb" in files and version.isdigit() and os.path.abspath(dirpath) != os.path.abspath(model_dir):
+            base = os.path.dirname(dirpath)
+            name = "model" if os.path.abspath(base) == os.path.abspath(model_dir) else os.path.basename(base)
+            models.setdefault(name, {})[int(version)] = dirpath
+    return models
+
+
+def _tfs_value(array) -> Any:
+    """A result tensor as TF Serving's JSON writes it: float32 at float32's shortest repr (3.5, 0.1), bytes as
+    text."""
+    import numpy as np
+
+    if array.dtype in (np.float32, np.float16) and array.size:
+        return np.vectorize(lambda v: float(str(v)), otypes=[object])(array).tolist()
+    if array.dtype.kind in "SO" and array.size:
+        return np.vectorize(lambda v: v.decode("utf-8", "replace") if isinstance(v, bytes) else v,
+                            otypes=[object])(array).tolist()
+    return array.tolist()
+
+
+def _tfs_decode_b64(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"b64"}:
+        import base64
+
+        return base64.b64decode(value["b64"])
+    if isinstance(value, list):
+        return [_tfs_decode_b64(v) for v in value]
+    return value
+
+
+class SavedModelServer:
+    """TF Serving's ``:predict`` REST API over the model directory's SavedModels, each version loaded at start
+    into its own TensorFlow session (tags ``serve``), as TF Serving does: a model that does not load fails the
+    start. Requests: ``{"instances": [...]}`` (row format) or ``{"inputs": ...}`` (columnar), optional
+    ``signature_name`` (default ``serving_default``); answers ``{"predictions": ...}`` / ``{"outputs": ...}``."""
+
+    def __init__(self, model_dir: str) -> None:
+        self.paths = find_saved_models(model_dir)
+        if not self.paths:
+            raise ValueError("no SavedModel bundles found!")  # serve.py's words
+        self.default_model = os.environ.get("SAGEMAKER_TFS_DEFAULT_MODEL_NAME", "None")
+        if self.default_model == "None":
+            self.default_model = sorted(self.paths)[0]
+        self.loaded: dict[tuple[str, int], tuple[Any, Any]] = {}
+        import tensorflow as tf
+
+        for name, versions in self.paths.items():
+            for version, path in versions.items():
+                graph = tf.Graph()
+                session = tf.compat.v1.Session(graph=graph)
+                with graph.as_default():
+                    meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+                self.loaded[(name, version)] = (session, meta)
+                print(f"TF Serving stand-in: loaded {name} version {version} from {path} "
+                      f"(signatures: {', '.join(sorted(meta.signature_def))})", flush=True)
+        self.httpd: Any = None
+
+    def status(self, name: str) -> dict:
+        if name not in self.paths:
+            raise TfsError(404, f"Could not find any versions of model {name}")
+        return {"model_version_status": [{"version": str(v), "state": "AVAILABLE",
+                                          "status": {"error_code": "OK", "error_message": ""}}
+                                         for v in sorted(self.paths[name], reverse=True)]}
+
+    def session_for(self, name: str, version: str | None) -> tuple[Any, Any]:
+        versions = self.paths.get(name)
+        if version is None:
+            if not versions:
+                raise TfsError(404, f"Servable not found for request: Latest({name})")
+            return self.loaded[(name, max(versions))]
+        if not versions or not version.isdigit() or int(version) not in versions:
+            raise TfsError(404, f"Servable not found for request: Specific({name}, {version})")
+        return self.loaded[(name, int(version))]
+
+    def predict(self, name: str, version: str | None, body: bytes) -> dict:
+        session, meta = self.session_for(name, version)
+        if not body.strip():
+            raise TfsError(400, "JSON Parse error: The document is empty")
+        try:
+            request = json.loads(body)
+        except ValueError as e:
+            raise TfsError(400, f"JSON Parse error: {e}") from None
+        if not isinstance(request, dict):
+            raise TfsError(400, "JSON Value: " + body.decode("utf-8", "replace")[:200] + " Is not object")
+        signature_name = request.get("signature_name", "serving_default")
+        if signature_name not in meta.signature_def:
+            raise TfsError(400, f'Serving signature name: "{signature_name}" not found in signature def')
+        signature = meta.signature_def[signature_name]
+        if "instances" in request:
+            row = True
+            feeds = self._row_feeds(signature, request["instances"])
+        elif "inputs" in request:
+            row = False
+            feeds = self._columnar_feeds(signature, request["inputs"])
+        else:
+            raise TfsError(400, "Missing 'inputs' or 'instances' key")
+        outputs = self._run(session, signature, feeds)
+        if row:
+            if len(outputs) == 1:
+                return {"predictions": _tfs_value(next(iter(outputs.values())))}
+            n = len(next(iter(outputs.values())))
+            return {"predictions": [{k: _tfs_value(v[i]) for k, v in outputs.items()} for i in range(n)]}
+        if len(outputs) == 1:
+            return {"outputs": _tfs_value(next(iter(outputs.values())))}
+        return {"outputs": {k: _tfs_value(v) for k, v in outputs.items()}}
+
+    def _row_feeds(self, signature, instances) -> dict[str, Any]:
+        if not isinstance(instances, list):
+            raise TfsError(400, "Expecting 'instances' to be an list/array")
+        keys = sorted(signature.inputs)
+        if instances and all(isinstance(i, dict) and set(i) != {"b64"} for i in instances):
+            missing = [k for k in keys if any(k not in i for i in instances)]
+            if missing:
+                raise TfsError(400, f"Failed to process element: 0 key: {missing[0]} of 'instances' list. Error: "
+                               "Invalid argument: JSON object: does not have named input")
+            return {k: [_tfs_decode_b64(i[k]) for i in instances] for k in keys}
+        if len(keys) != 1:
+            raise TfsError(400, "instances is a plain list, but expecting list of objects as multiple input "
+                           "tensors required as per tensorinfo_map")
+        return {keys[0]: _tfs_decode_b64(instances)}
+
+    def _columnar_feeds(self, signature, inputs) -> dict[str, Any]:
+        keys = sorted(signature.inputs)
+        if isinstance(inputs, dict) and set(inputs) != {"b64"}:
+            missing = [k for k in keys if k not in inputs]
+            if missing:
+                raise TfsError(400, f"Missing named input: {missing[0]} in 'inputs' object.")
+            return {k: _tfs_decode_b64(inputs[k]) for k in keys}
+        if len(keys) != 1:
+            raise TfsError(400, "inputs is a plain value/list, but expecting an object as multiple input tensors "
+                           "required as per tensorinfo_map")
+        return {keys[0]: _tfs_decode_b64(inputs)}
+
+    @staticmethod
+    def _run(session, signature, feeds: dict[str, Any]) -> dict[str, Any]:
+        """The signature's outputs for these inputs. Fed as TF Serving feeds (the C++ session, no client-side
+        shape check: ``[1.0, 2.0]`` feeds a ``(?, 1)`` placeholder, as TF Serving takes it)."""
+        import numpy as np
+        import tensorflow as tf
+
+        graph = session.graph
+        feed_dict = {}
+        for key, value in feeds.items():
+            info = signature.inputs[key]
+            t = graph.get_tensor_by_name(info.name)
+            try:
+                feed_dict[t.ref()] = np.asarray(value, dtype=t.dtype.as_numpy_dtype)
+            except (TypeError, ValueError) as e:
+                raise TfsError(400, f"Failed to process element of input {key}: {e}") from None
+        names = sorted(signature.outputs)
+        fetches = [graph.get_tensor_by_name(signature.outputs[k].name) for k in names]
+        try:
+            results = session._do_run(None, [], fetches, feed_dict, None, None)
+        except tf.errors.OpError as e:
+            raise TfsError(400, e.message) from None
+        return dict(zip(names, results))
+
+    def answer(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        """One REST request: (status, JSON body)."""
+        import re
+
+        found = re.fullmatch(r"/v1/models/([^/:]+)(?:/versions/([^/:]+))?(?::([a-zA-Z]+))?", path.split("?")[0])
+        try:
+            if not found:
+                raise TfsError(404, "Malformed request: " + method + " " + path)
+            name, version, verb = found.groups()
+            if method == "GET" and verb is None:
+                result = self.status(name)
+            elif method == "POST" and verb == "predict":
+                result = self.predict(name, version, body)
+            elif method == "POST" and verb in ("classify", "regress"):
+                raise TfsError(501, f"the local TF Serving stand-in answers :predict only, not :{verb} (tf.Example "
+                               "inputs); run the job with backend='sagemaker'")
+            else:
+                raise TfsError(404, "Malformed request: " + method + " " + path)
+            return 200, json.dumps(result).encode("utf-8")
+        except TfsError as e:
+            return e.status, json.dumps({"error": str(e)}).encode("utf-8")
+
+    def serve(self) -> int:
+        """Listen on loopback: port 8501 (TF Serving's REST port in the container) where free, else any port."""
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        server = self
+
+        class Rest(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _reply(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                status, body = server.answer(method, self.path, self.rfile.read(length) if length else b"")
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's names
+                self._reply("GET")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._reply("POST")
+
+            def log_message(self, format, *args) -> None:  # noqa: A002 - TF Serving does not log requests
+                return
+
+        try:
+            self.httpd = ThreadingHTTPServer(("127.0.0.1", TFS_REST_PORT), Rest)
+        except OSError:
+            self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Rest)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, name="tfs-rest", daemon=True).start()
+        return int(self.httpd.server_address[1])
+
+
+def _njs_csv_to_json(data: str) -> str:
+    """tensorflowServing.js ``csv_request``, line for line (JavaScript's ``replace`` of a string replaces the
+    first occurrence only, and so does this)."""
+    import re
+
+    needs_quotes = re.match(r"\s*(\"|[\d.Ee+\-]+.*)", data) is None
+    lines = re.split(r"\r?\n", data.strip())
+    builder = ['{"instances":[']
+    for i, raw in enumerate(lines):
+        line = raw.strip()
+        if line:
+            multiple = "," in line
+            piece = '"' + line.replace('"', '\\"', 1).replace(",", '","', 1) + '"' if needs_quotes else line
+            builder.append(f"[{piece}]" if multiple else piece)
+            if i != len(lines) - 1:
+                builder.append(",")
+    builder.append("]}")
+    return "".join(builder)
+
+
+def _njs_json_to_tfs(data: str) -> str:
+    """tensorflowServing.js ``json_request``: TF Serving JSON as it is, JSON lines as one instances list,
+    any other JSON wrapped as ``{"instances": [...]}``."""
+    import re
+
+    if re.search(r"\"(instances|inputs|examples)\"\s*:", data):
+        return data
+    if re.search(r"[}\]]\s*[\[{]", data):
+        lines = re.split(r"\r?\n", data.strip())
+        builder = ['{"instances":', "[" if len(lines) != 1 else ""]
+        for i, raw in enumerate(lines):
+            line = raw.strip()
+            if line:
+                builder.append(("" if i == 0 else ",") + line)
+        builder.append("}" if len(lines) == 1 else "]}")
+        return "".join(builder)
+    if not re.match(r"\s*\[\s*\[", data):
+        data = "[" + data + "]"
+    return '{"instances":' + data + "}"
+
+
+class TensorFlowServingHandler:
+    """The TensorFlow Serving container's /invocations, with :class:`SavedModelServer` for TF Serving: the
+    model's ``code/inference.py`` (``handler``, or ``input_handler`` and ``output_handler`` around a POST to
+    ``context.rest_uri``: python_service.py) or, without it, nginx's JSON / CSV conversion (tensorflowServing.js).
+    ``code/`` and ``code/lib`` are on the path (serve.py's PYTHONPATH); ``SAGEMAKER_PROGRAM`` is not read (the
+    container always imports ``/opt/ml/model/code/inference.py``). ``context.channel`` is None: no gRPC port."""
+
+    name = TFS_DEFAULTS
+
+    def __init__(self, model_dir: str, **_ignored: Any) -> None:
+        from collections import namedtuple
+
+        self.model_dir = model_dir
+        self.server = SavedModelServer(model_dir)
+        self.port = self.server.serve()
+        self.context_type = namedtuple("Context", TFS_CONTEXT_FIELDS)  # type: ignore[misc]
+        code = os.path.join(model_dir, "code")
+        for path in (code, os.path.join(code, "lib")):
+            if os.path.isdir(path) and path not in sys.path:
+                sys.path.insert(0, path)
+        script = os.path.join(code, "inference.py")
+        self.handler = self._import_handlers(script) if os.path.exists(script) else None
+        print(f"TF Serving stand-in: REST API on port {self.port} (model {self.server.default_model}); "
+              + (f"handlers from {script}" if self.handler else "no inference.py: the container's nginx "
+                 "conversion of JSON and CSV"), flush=True)
+
+    @staticmethod
+    def _import_handlers(script: str) -> Callable:
+        """python_service.py's ``_import_handlers`` and ``_make_handler``."""
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("inference", script)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        if hasattr(module, "handler"):
+            return module.handler
+        if not (hasattr(module, "input_handler") and hasattr(module, "output_handler")):
+            raise NotImplementedError("Handlers are not implemented correctly in user script.")
+        import requests
+
+        def handler(data, context):
+            processed_input = module.input_handler(data, context)
+            response = requests.post(context.rest_uri, data=processed_input)
+            return module.output_handler(response, context)
+
+        return handler
+
+    def invoke(self, payload: bytes, content_type: str, accept: str | None) -> tuple[bytes, str]:
+        """One /invocations request: (response body, response content type). A handler's exception is the model
+        server's 500; the nginx path's non-200 answer from TF Serving, its status."""
+        content_type = content_type or JSON  # tfs_utils.parse_request's defaults
+        accept = accept or JSON
+        if self.handler is None:
+            return self._default(payload, content_type, accept)
+        rest_uri = f"http://localhost:{self.port}/v1/models/{self.server.default_model}:predict"
+        context = self.context_type(None, None, None, rest_uri, TFS_GRPC_PORT, None, None, content_type, accept,
+                                    len(payload))
+        body, response_type = self.handler(io.BytesIO(payload), context)
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        return bytes(body), response_type or accept
+
+    def _default(self, payload: bytes, content_type: str, accept: str) -> tuple[bytes, str]:
+        text = payload.decode("utf-8")
+        if content_type in (JSON, JSONLINES, "application/jsons"):
+            request = _njs_json_to_tfs(text)
+        elif content_type == CSV:
+            request = _njs_csv_to_json(text)
+        else:
+            raise TransformError(f"415 Unsupported Media Type: {content_type or 'Unknown'} (the TensorFlow Serving "
+                                 "container takes application/json, application/jsonlines and text/csv without an "
+                                 "inference.py)")
+        status, body = self.server.answer("POST", f"/v1/models/{self.server.default_model}:predict",
+                                          request.encode("utf-8"))
+        if status != 200:
+            raise RuntimeError(f"TF Serving answered {status}: {body.decode('utf-8', 'replace')}")
+        types = [t for t in accept.strip().replace(" ", "", 1).split(",")]
+        if JSONLINES in types or JSON in types:
+            return body.replace(b"\n", b""), types[0]
+        return body, accept
+
+
+def make_handler(model_dir: str, *, code_dir: str | None = None, program: str | None = None,
+                 defaults: str = "generic") -> Any:
+    """The model server of the model's image: the TensorFlow Serving container's for ``tensorflow``, the
+    inference toolkit's (:class:`Handler`) for the others."""
+    if defaults == TFS_DEFAULTS:
+        return TensorFlowServingHandler(model_dir)
+    return Handler(model_dir, code_dir=code_dir, program=program, defaults=defaults)
 
 
 # -- records, mini-batches, DataProcessing ------------------------------------------------------------------
@@ -801,7 +1185,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--code-dir", default=None, help="the inference code's directory (default <model>/code)")
     p.add_argument("--program", default=None, help="module of the inference code (default SAGEMAKER_PROGRAM "
                    "or inference.py)")
-    p.add_argument("--defaults", default="generic", choices=sorted(DEFAULT_HANDLERS))
+    p.add_argument("--defaults", default="generic", choices=sorted([*DEFAULT_HANDLERS, TFS_DEFAULTS]))
     p.add_argument("--failure-file", default="/opt/ml/output/message")
     p.add_argument("--names", default=None, help="a JSON file mapping an object's path under --input to the name "
                    "its failure gives (its S3 URI, as batch transform names it)")
@@ -850,7 +1234,7 @@ def main(argv: list[str] | None = None) -> int:
         code_dir = args.code_dir or code_dir_for(model_dir, os.environ.get("SAGEMAKER_SUBMIT_DIRECTORY"))
         if os.path.isfile(code_dir) and code_dir.endswith((".tar.gz", ".tgz")):  # a sourcedir.tar.gz input
             code_dir = extract_model(code_dir, tempfile.mkdtemp(prefix="smdist-code-"))
-        handler = Handler(model_dir, code_dir=code_dir, program=args.program, defaults=args.defaults)
+        handler = make_handler(model_dir, code_dir=code_dir, program=args.program, defaults=args.defaults)
         names = _files_under(args.input) if os.path.isdir(args.input) else []
         shown = {}
         if args.names:
