@@ -27,9 +27,12 @@ Where the user's inference code comes from, as the SageMaker framework serving c
 Defaults: ``generic`` is sagemaker-inference-toolkit's ``DefaultInferenceHandler`` with its ``decoder`` /
 ``encoder`` (CSV, JSON, NPY; no default model_fn / predict_fn); ``sklearn`` is the SKLearn container's
 (inputs as float32, ``model.predict``); ``pytorch`` is the PyTorch inference toolkit's (TorchScript
-``model.pt``, tensors, ``model(x)`` under ``no_grad``). ``tensorflow`` is not the inference toolkit at all but
-the TensorFlow Serving container's contract (:class:`TensorFlowServingHandler`: ``handler`` or ``input_handler`` /
-``output_handler`` around TF Serving's REST API, stood in for by :class:`SavedModelServer`; docs/contracts.md §4.5).
+``model.pt``, tensors, ``model(x)`` under ``no_grad``); ``huggingface`` is the Hugging Face inference toolkit's
+(``HF_TASK``, else the task of config.json's architecture: a transformers pipeline over the model directory;
+JSON / CSV / image / audio requests as ``{"inputs", "parameters"}``; compact JSON answers). ``tensorflow`` is not
+the inference toolkit at all but the TensorFlow Serving container's contract (:class:`TensorFlowServingHandler`:
+``handler`` or ``input_handler`` / ``output_handler`` around TF Serving's REST API, stood in for by
+:class:`SavedModelServer`; docs/contracts.md §4.5).
 :func:`defaults_for_image` picks them from the model's image, as the container in that image would.
 """
 
@@ -239,18 +242,206 @@ class PyTorchInferenceHandler(DefaultInferenceHandler):
         raise UnsupportedFormatError(accept)
 
 
+# -- the Hugging Face inference toolkit (sagemaker-huggingface-inference-toolkit 2.6.0: handler_service.py,
+# decoder_encoder.py, transformers_utils.py, diffusers_utils.py, content_types.py) ------------------------------
+#: transformers_utils.ARCHITECTURES_2_TASK: a config's architecture (by its ending) -> the pipeline task
+HF_ARCHITECTURES_2_TASK = {
+    "TapasForQuestionAnswering": "table-question-answering",
+    "ForQuestionAnswering": "question-answering",
+    "ForTokenClassification": "token-classification",
+    "ForSequenceClassification": "text-classification",
+    "ForMultipleChoice": "multiple-choice",
+    "ForMaskedLM": "fill-mask",
+    "ForCausalLM": "text-generation",
+    "ForConditionalGeneration": "text2text-generation",
+    "MTModel": "text2text-generation",
+    "EncoderDecoderModel": "text2text-generation",
+    "GPT2LMHeadModel": "text-generation",
+    "T5WithLMHeadModel": "text2text-generation",
+}
+#: get_pipeline: the tasks whose pipeline takes the model directory as its feature extractor (else tokenizer)
+HF_FEATURE_EXTRACTOR_TASKS = ("automatic-speech-recognition", "image-segmentation", "image-classification",
+                              "audio-classification", "object-detection", "zero-shot-image-classification")
+HF_IMAGE_TYPES = ("image/jpeg", "image/png", "image/tiff", "image/bmp", "image/gif", "image/webp", "image/x-image")
+HF_AUDIO_TYPES = ("audio/x-flac", "audio/mpeg", "audio/wave", "audio/ogg", "audio/x-audio")
+
+
+def _strtobool(value: str) -> bool:
+    """transformers_utils.strtobool."""
+    value = value.lower()
+    if value in ("y", "yes", "t", "true", "on", "1"):
+        return True
+    if value in ("n", "no", "f", "false", "off", "0"):
+        return False
+    raise ValueError(f"invalid truth value {value!r}")
+
+
+def hf_infer_task(config_path: str) -> str:
+    """transformers_utils.infer_task_from_model_architecture: the task from config.json's first architecture
+    (the last matching ending wins); sets ``HF_TASK``, as the toolkit does."""
+    with open(config_path) as f:
+        architecture = json.load(f).get("architectures", [None])[0]
+    task = None
+    for ending, candidate in HF_ARCHITECTURES_2_TASK.items():
+        if architecture.endswith(ending):
+            task = candidate
+    if task is None:
+        raise ValueError(f"Task couldn't be inferenced from {architecture}.Inference Toolkit can only inference tasks "
+                         f"from architectures ending with {list(HF_ARCHITECTURES_2_TASK)}.Use env `HF_TASK` to "
+                         "define your task.")
+    os.environ["HF_TASK"] = task
+    return task
+
+
+class _HFText2Image:
+    """diffusers_utils.SMDiffusionPipelineForText2Image on the CPU: the first image of one per prompt."""
+
+    def __init__(self, model_dir: str) -> None:
+        import torch
+        from diffusers import DiffusionPipeline
+
+        self.pipeline = DiffusionPipeline.from_pretrained(model_dir, torch_dtype=torch.float32).to("cpu")
+
+    def __call__(self, prompt, **kwargs):
+        kwargs.pop("num_images_per_prompt", None)
+        return self.pipeline(prompt, num_images_per_prompt=1, **kwargs).images[0]
+
+
+def _hf_json_default(obj):
+    """decoder_encoder._JSONEncoder.default: numpy scalars, arrays (``tolist``), datetimes, PIL images (PNG,
+    base64)."""
+    import base64
+    import datetime
+
+    kind = type(obj).__module__.split(".")[0]
+    if kind == "numpy" and hasattr(obj, "item") and getattr(obj, "ndim", 1) == 0:
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, datetime.datetime):
+        return str(obj)
+    if kind == "PIL":
+        with io.BytesIO() as out:
+            obj.save(out, format="PNG")
+            return base64.b64encode(out.getvalue()).decode("utf-8")
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def hf_decode(content, content_type: str):
+    """decoder_encoder.decode: JSON as it is (a dict for pipelines), CSV with an ``inputs`` / ``question`` /
+    ``context`` header, NPY, images ({"inputs": PIL image}) and audio ({"inputs": bytes}); the content type
+    as given (the toolkit matches it exactly)."""
+    if content_type == JSON:
+        return json.loads(content)
+    if content_type == CSV:
+        if not any(h in content.splitlines()[0].lower() for h in ("question", "context", "inputs")):
+            raise ValueError("You need to provide the correct CSV with Header columns to use it with the inference "
+                             "toolkit default handler.")
+        rows = list(csv.DictReader(io.StringIO(content)))
+        return {"inputs": [r["inputs"] for r in rows]} if "inputs" in rows[0] else {"inputs": rows}
+    if content_type == NPY:
+        return _npy_to_numpy(content)
+    if content_type in HF_IMAGE_TYPES:
+        from PIL import Image
+
+        return {"inputs": Image.open(io.BytesIO(content)).convert("RGB")}
+    if content_type in HF_AUDIO_TYPES:
+        return {"inputs": bytes(content)}
+    raise UnsupportedFormatError(content_type)
+
+
+def hf_encode(content, accept: str):
+    """decoder_encoder.encode: compact JSON (non-ASCII kept), CSV of the result's dicts, NPY, or an image."""
+    if accept == JSON:
+        return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, default=_hf_json_default,
+                          separators=(",", ":"))
+    if accept == CSV:
+        stream = io.StringIO()
+        rows = content if isinstance(content, list) else list(content)
+        writer = csv.DictWriter(stream, rows[0].keys())
+        writer.writeheader()
+        writer.writerows(rows)
+        return stream.getvalue()
+    if accept == NPY:
+        return _array_to_npy(content)
+    if accept in HF_IMAGE_TYPES:
+        fmt = "PNG" if accept == "image/x-image" else accept.split("/")[-1].upper()
+        with io.BytesIO() as out:
+            content.save(out, format=fmt)
+            return out.getvalue()
+    raise UnsupportedFormatError(accept)
+
+
+class HuggingFaceInferenceHandler(DefaultInferenceHandler):
+    """The Hugging Face inference toolkit's defaults (``HuggingFaceHandlerService``: load, preprocess, predict,
+    postprocess), on the CPU (device -1). Not here: ``HF_MODEL_ID`` (a model downloaded from the Hub at start),
+    optimum-neuron and remote code with a GPU (``HF_TRUST_REMOTE_CODE`` is passed to the pipeline)."""
+
+    name = "huggingface"
+
+    def default_model_fn(self, model_dir):
+        files = os.listdir(model_dir)
+        if "HF_TASK" in os.environ:
+            task = os.environ["HF_TASK"]
+        elif "config.json" in files:
+            task = hf_infer_task(os.path.join(model_dir, "config.json"))
+        elif "model_index.json" in files:
+            task = "text-to-image"
+        else:
+            try:
+                from transformers.pipelines import SUPPORTED_TASKS
+                tasks = str(list(SUPPORTED_TASKS.keys()))
+            except ImportError:  # no transformers here: the same words without the list
+                tasks = "transformers' pipeline tasks"
+            raise ValueError(f"You need to define one of the following {tasks} or text-to-image as env 'HF_TASK'.",
+                             403)
+        return self.pipeline(task, model_dir)
+
+    @staticmethod
+    def pipeline(task: str | None, model_dir: str):
+        """transformers_utils.get_pipeline for a model directory."""
+        if task is None:
+            raise OSError("The task for this model is not set: Please set one: https://huggingface.co/docs#how-is-a-"
+                          "models-type-of-inference-api-and-widget-determined")
+        import importlib.util
+
+        if task == "text-to-image" and importlib.util.find_spec("diffusers") is not None:
+            return _HFText2Image(model_dir)
+        from transformers import pipeline
+
+        key = "feature_extractor" if task in HF_FEATURE_EXTRACTOR_TASKS else "tokenizer"
+        trust = _strtobool(os.environ.get("HF_TRUST_REMOTE_CODE", "False"))
+        return pipeline(task=task, model=model_dir, device=-1, trust_remote_code=trust, **{key: model_dir})
+
+    def default_input_fn(self, input_data, content_type):
+        task = os.environ.get("HF_TASK")
+        if task in ("zero-shot-classification", "table-question-answering") and content_type == CSV:
+            raise ValueError(f"content type {content_type} not support with {task}, use different content_type")
+        return hf_decode(input_data, content_type)
+
+    def default_predict_fn(self, data, model):
+        inputs = data.pop("inputs", data)
+        parameters = data.pop("parameters", None)
+        return model(inputs, **parameters) if parameters is not None else model(inputs)
+
+    def default_output_fn(self, prediction, accept):
+        return hf_encode(prediction, accept)
+
+
 DEFAULT_HANDLERS = {"generic": DefaultInferenceHandler, "sklearn": SKLearnInferenceHandler,
-                    "pytorch": PyTorchInferenceHandler}
+                    "pytorch": PyTorchInferenceHandler, "huggingface": HuggingFaceInferenceHandler}
 
 
 def defaults_for_image(image: str | None) -> str:
-    """Which container's defaults an image runs: ``sklearn``, ``pytorch``, ``tensorflow`` (the TensorFlow
-    Serving container: :class:`TensorFlowServingHandler`) or ``generic``."""
+    """Which container's defaults an image runs: ``sklearn``, ``pytorch``, ``huggingface``, ``tensorflow`` (the
+    TensorFlow Serving container: :class:`TensorFlowServingHandler`) or ``generic``."""
     repo = (image or "").rsplit("/", 1)[-1].split(":")[0].split("@")[0].lower()
     if "scikit-learn" in repo or "sklearn" in repo:
         return "sklearn"
     if repo.startswith("pytorch"):
         return "pytorch"
+    if repo.startswith(("huggingface-pytorch-inference", "huggingface-tensorflow-inference")):
+        return "huggingface"  # the Hugging Face inference toolkit's serving (not TGI / TEI, own servers)
     if repo.startswith("tensorflow-inference") or repo.startswith("sagemaker-tensorflow-serving"):
         return "tensorflow"
     return "generic"

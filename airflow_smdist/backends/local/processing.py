@@ -75,6 +75,17 @@ NO_LOCAL_EFFECT = ("yarn-site", "yarn-env", "hadoop-env", "hadoop-log4j", "hive-
                    "hive-exec-log4j")
 #: Spark's own log lines ("26/12/02 14:04:25 INFO MemoryStore: ..."): not what a FailureReason should show
 SPARK_LOG_LINE = re.compile(r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (TRACE|DEBUG|INFO|WARN) ")
+#: the SageMaker Spark container's core-site.xml (spark/processing/3.5/py3/hadoop-config/core-site.xml): S3A behind
+#: s3:// too, credentials from the default chain (its role there; the job's Environment here). Its
+#: ``fs.defaultFS`` (the cluster's HDFS) has no local counterpart: the local default stays file://
+CONTAINER_CORE_SITE = {
+    "fs.s3a.aws.credentials.provider": "com.amazonaws.auth.DefaultAWSCredentialsProviderChain",
+    "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+    "fs.s3a.connection.maximum": "100",
+}
+#: where the AWS SDK for Java's default chain finds credentials in a host's environment
+CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                   "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_PROFILE")
 _CONTAINER_PATH = re.compile(r"(^|[=,:])/opt/ml(?=/|$|,|:)")
 
 
@@ -477,15 +488,18 @@ class ProcessingSupervisor(JobSupervisor):
 
         conf: dict[str, str] = {}
         configuration = self.read_configuration(hd)
-        conf.update(self.apply_configuration(configuration, conf_dir))
+        s3_jars, core_site = self.spark_s3(real_home, env)
+        conf.update(self.apply_configuration(configuration, conf_dir, core_site))
+        for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath") if s3_jars else ():
+            conf[key] = ":".join([conf[key], *s3_jars] if conf.get(key) else s3_jars)  # the app's own first
         for key in ("spark.master", "spark.submit.deployMode"):
             if conf.pop(key, None) is not None:
                 self.say(f"spark-defaults {key} is ignored: smspark-submit sets the master itself "
                          "(yarn on SageMaker, a local master here)")
         events_dir = opts.get("local_spark_event_logs_dir")
         if opts.get("spark_event_logs_s3_uri") and not events_dir:
-            self.say("--spark-event-logs-s3-uri: the local Spark has no s3a client; the event log is kept in the "
-                     f"job directory ({events_tmp}) instead")
+            self.say("--spark-event-logs-s3-uri without --local-spark-event-logs-dir: the local Spark does not "
+                     f"publish it to S3; the event log is kept in the job directory ({events_tmp}) instead")
         if events_dir or opts.get("spark_event_logs_s3_uri"):
             conf["spark.eventLog.enabled"] = "true"
             conf["spark.eventLog.dir"] = "file://" + str(events_tmp)
@@ -575,7 +589,8 @@ class ProcessingSupervisor(JobSupervisor):
 
     def expand_deps(self, value: str, outside, deps_dir: Path, inside=lambda p: p) -> str:
         """smspark's _get_list_of_files: a directory becomes the files in it; s3:// (and file://) URIs are
-        fetched into the job directory, because the local Spark has no s3a client. Paths as the host sees them
+        fetched into the job directory by the platform (with the job's storage, as smspark does before spark-submit:
+        the app's own S3A may have no credentials). Paths as the host sees them
         (``inside``: a namespaced host sees its own files under /opt/ml, not under the job directory)."""
         out = []
         for item in value.split(","):
@@ -605,10 +620,52 @@ class ProcessingSupervisor(JobSupervisor):
         data = json.loads(path.read_text())
         return data if isinstance(data, list) else [data]
 
-    def apply_configuration(self, configuration: list[dict], conf_dir: Path) -> dict[str, str]:
-        """Write the classifications into the job's SPARK_CONF_DIR; return the spark-defaults (as --conf)."""
+    def spark_s3(self, home: str, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """Spark's ``s3://`` and ``s3a://`` as the SageMaker Spark container has them: the S3A file system of
+        hadoop-aws and the AWS SDK bundle (the runtime's, :data:`runtimes.SPARK_S3_PACKAGE`) on the class path,
+        and the container's core-site.xml (:data:`CONTAINER_CORE_SITE`) pointed at the job's S3 endpoint
+        (``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``: path-style, as a local endpoint needs); the app's own
+        core-site classification goes over it. Returns (the jars, the core-site defaults); says which in the log."""
+        jars = runtimes.spark_s3_jars(os.path.dirname(os.path.realpath(home)))
+        if not jars:
+            self.say(f"Spark's s3:// and s3a:// paths: no S3 file system here ({self.spark_s3_missing()}): the app "
+                     "reaches S3 only through its ProcessingInputs and ProcessingOutputs (/opt/ml/processing); on "
+                     "SageMaker the container's S3A serves them")
+            return [], {}
+        core_site = dict(CONTAINER_CORE_SITE)
+        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+        where = "S3's own endpoint"
+        if endpoint:
+            core_site.update({"fs.s3a.endpoint": endpoint, "fs.s3a.path.style.access": "true"})
+            where = f"the job's S3 endpoint {endpoint} (path-style)"
+        versions = " with ".join(f"{name} {runtimes.jar_version(path)}" for name, path in jars.items())
+        self.say(f"Spark's s3:// and s3a:// file system: S3A ({versions}, PyPI's {runtimes.SPARK_S3_PACKAGE} jars), "
+                 f"as the container's core-site.xml sets it (fs.s3.impl), on {where}")
+        if not any(env.get(k) for k in CREDENTIAL_KEYS):
+            self.say("warning: the job's Environment has no AWS credentials (a local job never gets the worker's): "
+                     "Spark's reads and writes of s3:// paths fail with 'No AWS Credentials provided', where on "
+                     "SageMaker the job's role serves them; give the job AWS_ACCESS_KEY_ID and "
+                     "AWS_SECRET_ACCESS_KEY in its Environment")
+        return list(jars.values()), core_site
+
+    def spark_s3_missing(self) -> str:
+        """Why the job's Spark has no S3A jars (as its runtime's build recorded it)."""
+        if self.runtime.is_worker:
+            return (f"the worker's pyspark ({runtimes.RUNTIME_ENV}=worker) has no {runtimes.SPARK_S3_PACKAGE} "
+                    "beside it")
+        try:
+            recorded = json.loads((Path(self.runtime.root or "") / "runtime.json").read_text()).get("spark_s3") or {}
+        except (OSError, ValueError):
+            recorded = {}
+        return recorded.get("why") or f"the job's runtime has no {runtimes.SPARK_S3_PACKAGE} (built before it was added)"
+
+    def apply_configuration(self, configuration: list[dict], conf_dir: Path,
+                            core_site: dict[str, str] | None = None) -> dict[str, str]:
+        """Write the classifications into the job's SPARK_CONF_DIR (the core-site classification over
+        ``core_site``, the container's own); return the spark-defaults (as --conf)."""
         defaults: dict[str, str] = {}
-        env_lines, log4j, metrics, site = [], {}, {}, {}
+        env_lines, log4j, metrics = [], {}, {}
+        site: dict[str, dict] = {"core-site.xml": dict(core_site)} if core_site else {}
         for entry in configuration:
             name, props = entry.get("Classification"), entry.get("Properties") or {}
             if name == "spark-defaults":

