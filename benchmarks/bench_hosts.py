@@ -31,9 +31,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_smdist.backends.local import LocalBackend, hostnet, launcher, mpi  # noqa: E402
-from airflow_smdist.sourcedir import upload_source  # noqa: E402
-from airflow_smdist.specs.training import build_training  # noqa: E402
+from airflow_smdist.backends.local import LocalBackend, hostnet, launcher, mpi
+from airflow_smdist.sourcedir import upload_source
+from airflow_smdist.specs.training import build_training
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 

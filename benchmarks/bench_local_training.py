@@ -22,7 +22,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)
 
-from _common import report  # noqa: E402
+from _common import report
 
 SCRIPT_DIR = os.path.join(REPO, "tests", "fixtures", "ddp")
 

@@ -35,7 +35,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)
 
-from _common import report  # noqa: E402
+from _common import report
 
 SCRIPTS = os.path.join(REPO, "dags", "scripts", "pyspark")
 CONF = {"spark.sql.shuffle.partitions": "8", "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false"}

@@ -26,7 +26,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)
 
-from _common import load_note, report  # noqa: E402
+from _common import load_note, report
 
 IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"
 SCRIPT = "import sklearn\nprint('sklearn', sklearn.__version__)\n"

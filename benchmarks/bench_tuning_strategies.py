@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from _common import load_note, report  # noqa: E402
+from _common import load_note, report
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1"

@@ -24,7 +24,7 @@ except ImportError:  # Airflow 2.10 / 2.11
     from airflow.decorators import task
     from airflow.models.param import Param
 
-from airflow_smdist.params import role_param, storage_param  # noqa: E402
+from airflow_smdist.params import role_param, storage_param
 
 LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from airflow_smdist.kinds import JOB_KINDS, KINDS, JobKind, Operation, kind_info
+from airflow_smdist.kinds import JOB_KINDS, KINDS, JobKind, kind_info
 
 if TYPE_CHECKING:
     from airflow_smdist.storage import Storage
@@ -21,19 +21,6 @@ __all__ = ["JOB_KINDS", "KINDS", "JobKind", "kind_info"]  # re-exported: the reg
 RUNNING_STATES = frozenset({"InProgress", "Stopping", "Pending"})
 TERMINAL_STATES = frozenset({"Completed", "Failed", "Stopped"})
 SUCCESS_STATES = frozenset({"Completed"})
-
-
-def operation(kind: str, what: Operation) -> str:
-    """The API operation ``what`` (create, describe, stop, list) of job kind ``kind``."""
-    return kind_info(kind).operation(what)
-
-
-def job_name_of(kind: str, request: dict[str, Any]) -> str:
-    return kind_info(kind).job_name(request)
-
-
-def status_of(kind: str, description: dict[str, Any]) -> str:
-    return kind_info(kind).status(description)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -338,6 +337,3 @@ def as_bool(value: Any, name: str) -> bool:
 def isoformat(value: Any) -> Any:
     return value.isoformat() if hasattr(value, "isoformat") else value
 
-
-def template_sequence(*names: str) -> Sequence[str]:
-    return tuple(names)

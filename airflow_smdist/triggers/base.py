@@ -267,7 +267,7 @@ class CoalescedLogPoller:
                 continue
             try:
                 w["context"].run(w["sink"], events, cursor)
-            except Exception:  # noqa: BLE001,S110 - one trigger's logging must not stop the others' lines
+            except Exception:  # noqa: BLE001 - one trigger's logging must not stop the others' lines
                 pass
 
     async def _wait(self) -> None:
@@ -288,7 +288,7 @@ class CoalescedLogPoller:
                 done, self.round_done = self.round_done, None
                 try:
                     await self.round()
-                except Exception:  # noqa: BLE001,S110 - logs are best effort; the status decides
+                except Exception:  # noqa: BLE001 - logs are best effort; the status decides
                     pass
                 if done is not None and not done.done():
                     done.set_result(None)

@@ -13,7 +13,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # so the helper imports under any pytest import mode
     sys.path.insert(0, _HERE)
 
-from moto_server import REGION, MotoServer  # noqa: E402
+from moto_server import REGION, MotoServer
 
 #: Environment the session-scoped server sets, and restores afterwards.
 _UNSET = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL",

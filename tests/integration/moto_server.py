@@ -807,7 +807,7 @@ def install_filter_then_page_extension() -> None:
     _filtered_pages_installed = True
 
 
-def install_sagemaker_extensions() -> None:  # noqa: F811 - extended here, so MotoServer.start installs both
+def install_sagemaker_extensions() -> None:
     """The extensions above plus this section's (MotoServer.start calls this name)."""
     _install_sagemaker_extensions_without_tuning()
     install_tuning_extensions()

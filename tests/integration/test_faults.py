@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import moto_throttle  # noqa: E402
+import moto_throttle
 
-from airflow_smdist.backends.local import LocalBackend  # noqa: E402
-from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator  # noqa: E402
-from airflow_smdist.specs.training import training_request  # noqa: E402
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+from airflow_smdist.specs.training import training_request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONTRACT = os.path.join(REPO, "tests", "fixtures", "contract")

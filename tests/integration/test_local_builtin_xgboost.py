@@ -13,10 +13,10 @@ import pytest
 
 xgb = pytest.importorskip("xgboost")
 
-from airflow_smdist.backends.local import LocalBackend  # noqa: E402
-from airflow_smdist.specs.builtin_algorithms import metric_definitions  # noqa: E402
-from airflow_smdist.specs.errors import SpecError  # noqa: E402
-from airflow_smdist.specs.training import build_training  # noqa: E402
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.specs.builtin_algorithms import metric_definitions
+from airflow_smdist.specs.errors import SpecError
+from airflow_smdist.specs.training import build_training
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 PARAMS = {"max_depth": 4, "eta": 0.3, "objective": "reg:squarederror"}

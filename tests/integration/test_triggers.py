@@ -20,7 +20,7 @@ from airflow_smdist.triggers.training import SageMakerDistributedTrainingTrigger
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONTRACT = os.path.join(REPO, "tests", "fixtures", "contract")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from jobs import capture_log  # noqa: E402
+from jobs import capture_log
 
 
 def request(name: str, sleep: float = 0.0) -> dict:

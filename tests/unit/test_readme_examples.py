@@ -73,7 +73,7 @@ def test_the_training_examples_run_and_v2_and_v3_spellings_build_the_same_reques
     namespace: dict = {}
     with dag():
         for block in blocks:
-            exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+            exec(compile(block, "README.md", "exec"), namespace)
     requests = planned(namespace)
     assert requests["train"]["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
     v3 = requests["train_v3"]
@@ -92,9 +92,9 @@ def test_the_training_examples_run_and_v2_and_v3_spellings_build_the_same_reques
 @pytest.mark.parametrize("operator", TABLE_OPERATORS)
 def test_the_operator_table_examples_run(operator):
     namespace: dict = {}
-    exec(f"from {table_module(operator)} import {operator}", namespace)  # noqa: S102
+    exec(f"from {table_module(operator)} import {operator}", namespace)
     with dag():
-        op = eval(table_example(operator), namespace)  # noqa: S307 - the README's own code
+        op = eval(table_example(operator), namespace)
     assert type(op).__name__ == operator
     if hasattr(op, "plan"):
         (request,) = planned({"op": op}).values()

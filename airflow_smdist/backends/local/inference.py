@@ -776,13 +776,13 @@ class SavedModelServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's names
+            def do_GET(self) -> None:
                 self._reply("GET")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._reply("POST")
 
-            def log_message(self, format, *args) -> None:  # noqa: A002 - TF Serving does not log requests
+            def log_message(self, format, *args) -> None:
                 return
 
         try:

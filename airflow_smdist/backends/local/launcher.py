@@ -100,7 +100,7 @@ def package_root() -> str:
     return str(Path(__file__).resolve().parents[3])
 
 
-def host_environment(*, region: str, s3_endpoint_url: str | None = None, worker_env: dict | None = None) -> dict:
+def base_environment(*, region: str, s3_endpoint_url: str | None = None, worker_env: dict | None = None) -> dict:
     """The base of every host process's environment: an allow-list, never the worker's credentials,
     ``AIRFLOW_*`` settings or ``PYTHONPATH``. The caller adds the SM_* contract and the request's
     ``Environment``."""

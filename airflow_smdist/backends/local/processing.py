@@ -56,7 +56,14 @@ from airflow_smdist.backends.local import (
     runtimes,
 )
 from airflow_smdist.backends.local.store import write_json_atomic
-from airflow_smdist.backends.local.supervisor import JobSupervisor, error_excerpt, fit_failure_reason, serve, shard
+from airflow_smdist.backends.local.supervisor import (
+    JobSupervisor,
+    PlatformError,
+    error_excerpt,
+    fit_failure_reason,
+    serve,
+    shard,
+)
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import safe_join
 
@@ -87,10 +94,6 @@ CONTAINER_CORE_SITE = {
 CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
                    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_PROFILE")
 _CONTAINER_PATH = re.compile(r"(^|[=,:])/opt/ml(?=/|$|,|:)")
-
-
-class PlatformError(RuntimeError):
-    """A failure of the platform's part (staging, uploading): its message is the FailureReason."""
 
 
 def resource_config(request: dict) -> dict:

@@ -152,8 +152,6 @@ def locked(path: Path) -> Iterator[None]:
 STAGING_PREFIX = ".creating."
 #: a staging directory older than this is reclaimed even if its creator's pid is alive (a reused pid)
 STAGING_MAX_AGE_SECONDS = 3600.0
-#: a directory without a state file (made by an older version killed after its mkdir) is reclaimed after this
-LEGACY_GRACE_SECONDS = 60.0
 _RENAME_NOREPLACE = 1
 _AT_FDCWD = -100
 
@@ -255,26 +253,8 @@ class JobStore:
     def place(self, kind: str, name: str, staged: Path) -> Path:
         """Move the staged job into place as ``name``, atomically; FileExistsError if the name is taken."""
         d = self.job_dir(kind, name)
-        try:
-            rename_noreplace(staged, d)
-        except FileExistsError:
-            if not self._reclaim_legacy(d):
-                raise
-            rename_noreplace(staged, d)
+        rename_noreplace(staged, d)
         return d
-
-    @staticmethod
-    def _reclaim_legacy(d: Path) -> bool:
-        """Remove ``d`` if it is what an older version left when killed after its mkdir (no request, no
-        state, untouched for a while); whether it did."""
-        try:
-            age = time.time() - d.stat().st_mtime
-        except FileNotFoundError:
-            return True
-        if (d / "state.json").exists() or (d / "request.json").exists() or age < LEGACY_GRACE_SECONDS:
-            return False
-        shutil.rmtree(d, ignore_errors=True)
-        return True
 
     def staging_dirs(self, kind: str, name: str = "") -> list[Path]:
         base = self.root / kind  # job names have no dots: ".creating.<name>." names that job's only

@@ -611,8 +611,8 @@ class JobSupervisor:
         return sorted({e for e in map(hostnet.loopback_endpoint, urls) if e})
 
     def base_env(self) -> dict[str, str]:
-        """The allow-listed environment every host process starts from (see launcher.host_environment)."""
-        return launcher.host_environment(region=self.state.get("region", "us-east-1"),
+        """The allow-listed environment every host process starts from (see launcher.base_environment)."""
+        return launcher.base_environment(region=self.state.get("region", "us-east-1"),
                                          s3_endpoint_url=self.state.get("s3_endpoint_url"))
 
     def channel_bytes(self, host: contract.Host) -> dict[str, int] | None:

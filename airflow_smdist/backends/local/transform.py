@@ -43,7 +43,7 @@ from airflow_smdist.backends.local.store import (
     read_json,
     write_json_atomic,
 )
-from airflow_smdist.backends.local.supervisor import JobSupervisor, serve, shard
+from airflow_smdist.backends.local.supervisor import JobSupervisor, PlatformError, serve, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.sharding import output_uri
 from airflow_smdist.storage import relative_key
@@ -52,10 +52,6 @@ OPERATION = "CreateTransformJob"
 MODELS_DIR = "models"
 #: SplitTypes the local workers split (RecordIO / TFRecord need SageMaker)
 LOCAL_SPLIT_TYPES = ("None", "Line")
-
-
-class PlatformError(Exception):
-    """A failure of the platform's own steps; the message is the job's FailureReason as it stands."""
 
 
 # -- models (CreateModel / DescribeModel / DeleteModel) -------------------------------------------------------
