@@ -5,12 +5,14 @@ This module must stay import-cheap: it is imported by Airflow's provider manager
 imports Airflow, boto3, the sagemaker SDK, torch or pyspark.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 #: The ``smdist`` connection's own fields, all stored in its extra. Airflow >= 3.2 builds the connection
 #: form from these (provider info ``conn-fields``); on Airflow 2.x the hook renders the same fields
 #: (``SmdistHook.get_connection_form_widgets``). Empty fields fall back as the hook documents.
-CONNECTION_FIELDS: dict = {
+CONNECTION_FIELDS: dict[str, Any] = {
     "backend": {
         "label": "Backend",
         "description": "Where jobs run: 'local' (this machine, for real) or 'sagemaker' (Amazon SageMaker). "
@@ -69,7 +71,7 @@ CONNECTION_FIELDS: dict = {
 }
 
 #: The connection form's standard fields: the smdist connection only uses its extra fields above.
-CONNECTION_UI_FIELD_BEHAVIOUR: dict = {
+CONNECTION_UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "hidden-fields": ["host", "schema", "login", "password", "port"],
     "relabeling": {},
     "placeholders": {"extra": '{"backend": "sagemaker", "aws_conn_id": "aws_default", "region_name": "us-east-1"}',
@@ -78,7 +80,7 @@ CONNECTION_UI_FIELD_BEHAVIOUR: dict = {
 }
 
 
-def get_provider_info() -> dict:
+def get_provider_info() -> dict[str, Any]:
     """Provider metadata for Airflow's ProvidersManager (``apache_airflow_provider`` entry point)."""
     from airflow_smdist.kinds import KINDS, provider_modules  # import-cheap (dataclasses only), and only when asked
 

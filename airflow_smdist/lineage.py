@@ -44,7 +44,7 @@ def tuning_lineage(d: dict[str, Any]) -> Uris:
     return _channels(definition), [out] if out else []
 
 
-def dataset(uri: str):
+def dataset(uri: str) -> Any:
     """An OpenLineage dataset for an s3:// or file:// URI (namespace: scheme + bucket, name: key)."""
     from airflow.providers.common.compat.openlineage.facet import Dataset
 
@@ -55,7 +55,7 @@ def dataset(uri: str):
     return Dataset(namespace=f"{scheme}://{bucket}", name=key or "/")
 
 
-def operator_lineage(inputs: list[str], outputs: list[str]):
+def operator_lineage(inputs: list[str], outputs: list[str]) -> Any:
     """The OperatorLineage for these URIs, or None without the OpenLineage provider."""
     try:
         from airflow.providers.openlineage.extractors import OperatorLineage

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import hashlib
 import os
 import tarfile
@@ -19,7 +21,7 @@ EXCLUDED = {"__pycache__", ".git", ".ipynb_checkpoints"}
 RUNTIME_FILES = ("airflow_smdist/__init__.py", "airflow_smdist/runtime/__init__.py")
 
 
-def pack_source_dir(source: str, dest_tar: str | os.PathLike, include_runtime: bool = False) -> list[str]:
+def pack_source_dir(source: str, dest_tar: str | os.PathLike[str], include_runtime: bool = False) -> list[str]:
     """Tar ``source`` (a directory, or one file) into ``dest_tar``; returns the archive's member names.
 
     Symbolic links are stored as the files (and directories) they point to, as the SDK's ``create_tar_file``
@@ -45,7 +47,7 @@ def _existing(source: str) -> Path:
     return src
 
 
-def _members(src: Path):
+def _members(src: Path) -> Iterator[tuple[Path, str]]:
     """(path, name in the archive) of each file of ``src`` (a directory, or one file), in archive order."""
     if src.is_file():
         yield src, src.name

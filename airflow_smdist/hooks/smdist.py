@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 BACKENDS = ("local", "sagemaker")
 
 
-def resolve_backend_name(backend: str | None, extra: dict) -> str:
+def resolve_backend_name(backend: str | None, extra: dict[str, Any]) -> str:
     name = backend or extra.get("backend") or os.environ.get("SMDIST_BACKEND") or "local"
     if name not in BACKENDS:
         from airflow_smdist.specs.errors import SpecError
@@ -48,7 +48,7 @@ class SmdistHook(BaseHook):
         self.smdist_conn_id = smdist_conn_id
         self._aws_conn_id = aws_conn_id
         self._region_name = region_name
-        self._extra: dict | None = None
+        self._extra: dict[str, Any] | None = None
 
     # The connection form. Airflow >= 3.2 reads it from the provider info (airflow_smdist.CONNECTION_FIELDS
     # and CONNECTION_UI_FIELD_BEHAVIOUR, without calling these); Airflow 2.x calls these two methods.
@@ -78,7 +78,7 @@ class SmdistHook(BaseHook):
         return widgets
 
     @property
-    def extra(self) -> dict:
+    def extra(self) -> dict[str, Any]:
         if self._extra is None:
             extra = get_connection_extra(self.smdist_conn_id)
             # forms that store a field under its prefixed widget name ("extra__smdist__backend")
@@ -106,7 +106,7 @@ class SmdistHook(BaseHook):
         return make_backend(self.backend_name(backend), aws_conn_id=self.aws_conn_id, region_name=self.region_name,
                             extra=self.extra)
 
-    def get_conn(self):
+    def get_conn(self) -> Backend:
         return self.get_backend()
 
     def test_connection(self) -> tuple[bool, str]:

@@ -123,7 +123,7 @@ def outputs_of(d: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def _samples(backend: Any, kind: str, name: str) -> tuple[list[dict], list[dict]]:
+def _samples(backend: Any, kind: str, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from airflow_smdist.backends.local.sampler import read_utilization
     from airflow_smdist.backends.local.store import read_jsonl
 
@@ -132,7 +132,7 @@ def _samples(backend: Any, kind: str, name: str) -> tuple[list[dict], list[dict]
     return points, read_utilization(job_dir)
 
 
-def _summary(backend: Any, kind: str, name: str, d: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict]]:
+def _summary(backend: Any, kind: str, name: str, d: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The insight summary (findings, metric curves) of the job's samples, and the samples (None: none yet)."""
     from airflow_smdist import insight
 

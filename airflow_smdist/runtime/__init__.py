@@ -14,6 +14,8 @@ and default to one process per host. Imports nothing outside the standard librar
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 from dataclasses import dataclass, field
@@ -39,7 +41,7 @@ class Cluster:
     model_dir: str | None = None
     output_data_dir: str | None = None
     checkpoint_dir: str | None = None
-    hyperparameters: dict = field(default_factory=dict)
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_master(self) -> bool:
@@ -55,14 +57,15 @@ def _base_dir() -> str:
     return os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
 
 
-def resource_config() -> dict:
+def resource_config() -> dict[str, Any]:
     """The job's resourceconfig.json, or one made from SM_HOSTS / SM_CURRENT_HOST, or a one-host default."""
     base = _base_dir()
     for path in (os.path.join(base, "input", "config", "resourceconfig.json"),
                  os.path.join(base, "config", "resourceconfig.json")):
         try:
             with open(path) as f:
-                return json.load(f)
+                config: dict[str, Any] = json.load(f)
+                return config
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             continue
     if os.environ.get("SM_HOSTS"):

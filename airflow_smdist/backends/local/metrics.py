@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 import re
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ class MetricPoint:
 class MetricParser:
     """The value of a metric is the first capture group of its regex, parsed as a float."""
 
-    def __init__(self, definitions: list[dict] | None) -> None:
+    def __init__(self, definitions: list[dict[str, Any]] | None) -> None:
         self.definitions = [(d["Name"], re.compile(d["Regex"])) for d in (definitions or [])]
 
     def parse(self, line: str, timestamp: float, host: str) -> list[MetricPoint]:

@@ -13,6 +13,8 @@ exception into ``MPI_Abort``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import array
 import importlib.util
 import json
@@ -58,7 +60,7 @@ def missing(python: str | None = None, bin_dir: str | None = None) -> str | None
     return None if found else f"mpi4py is not installed in {where}"
 
 
-def master_command(*, hosts: list[str], nproc: int, extra: dict, interface: str, env: dict, agent: str,
+def master_command(*, hosts: list[str], nproc: int, extra: dict[str, Any], interface: str, env: dict[str, str], agent: str,
                    program: list[str], mpirun: str | None = None) -> list[str]:
     """The toolkit's MasterRunner command (sagemaker_training/mpi.py), in Open MPI 5 spelling."""
     n = int(extra.get("sagemaker_mpi_num_processes") or nproc * len(hosts))
@@ -114,7 +116,7 @@ class AgentServer:
     def __init__(self, run_dir: Path, isolation: str) -> None:
         self.run_dir = run_dir
         self.isolation = isolation
-        self.hosts: dict[str, dict] = {}  # name -> {"label", "env", "cwd", "pid"}
+        self.hosts: dict[str, dict[str, Any]] = {}  # name -> {"label", "env", "cwd", "pid"}
         self.path = os.path.join(_socket_dir(), f"smdist-mpi-{os.getpid()}-{id(self) & 0xffff:x}.sock")
         self.listener: socket.socket | None = None
 
@@ -129,13 +131,13 @@ class AgentServer:
     def done_file(self, label: str) -> str:
         return str(self.run_dir / f"{label}.mpi-done")
 
-    def add_host(self, name: str, label: str, env: dict, cwd: str) -> None:
+    def add_host(self, name: str, label: str, env: dict[str, str], cwd: str) -> None:
         self.hosts[name] = {"label": label, "env": env, "cwd": cwd, "pid": None}
 
     def set_pid(self, name: str, init_pid: int) -> None:
         self.hosts[name]["pid"] = init_pid
 
-    def release_after(self, master: subprocess.Popen) -> None:
+    def release_after(self, master: subprocess.Popen[Any]) -> None:
         """When the master host has ended, let every worker host end (the toolkit touches done files)."""
         master.wait()
         for host in self.hosts.values():
@@ -166,7 +168,7 @@ class AgentServer:
                 return
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
-    def command(self, host: dict, command: str) -> list[str]:
+    def command(self, host: dict[str, Any], command: str) -> list[str]:
         if self.isolation == "namespace":
             return ["nsenter", f"--target={host['pid']}", "--mount", "--uts", "--ipc", "--net", "--pid", "--",
                     *launcher.contained(), "/bin/sh", "-c", f"cd {shlex.quote(host['cwd'])} && {command}"]

@@ -159,7 +159,7 @@ class UtilizationSampler:
             time.sleep(self.interval)
 
 
-def read_utilization(job_dir: Path) -> list[dict]:
+def read_utilization(job_dir: Path) -> list[dict[str, Any]]:
     from airflow_smdist.backends.local.store import read_jsonl
 
     return read_jsonl(Path(job_dir) / UTILIZATION_FILE)[0]

@@ -22,6 +22,8 @@ made again, checkpoints restored before the entry point restarts.
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import random
 from dataclasses import dataclass
@@ -74,12 +76,12 @@ def parse(text: str | None, what: str = SPOT_ENV) -> list[float]:
     return seconds
 
 
-def rehearsal_state(request: dict, spot: str | None, failures: str | None) -> dict | None:
+def rehearsal_state(request: dict[str, Any], spot: str | None, failures: str | None) -> dict[str, Any] | None:
     """What a training job's state keeps of the settings (None: nothing to rehearse). ``spot`` and ``failures``:
     the connection's settings, else the environment's. Raises ValueError for a malformed setting."""
     spot = spot if spot not in (None, "") else os.environ.get(SPOT_ENV)
     failures = failures if failures not in (None, "") else os.environ.get(FAILURES_ENV)
-    out: dict = {}
+    out: dict[str, Any] = {}
     interruptions = parse(spot, SPOT_ENV)
     if interruptions and request.get("EnableManagedSpotTraining"):
         out.update(spot=interruptions, spot_setting=spot)
@@ -91,7 +93,7 @@ def rehearsal_state(request: dict, spot: str | None, failures: str | None) -> di
     return out or None
 
 
-def schedule(rehearsal: dict | None) -> list[Event]:
+def schedule(rehearsal: dict[str, Any] | None) -> list[Event]:
     """The tries' ends in order: the spot interruptions first, then the instance failures."""
     rehearsal = rehearsal or {}
     return ([Event("spot", float(s)) for s in rehearsal.get("spot") or []]
@@ -105,12 +107,12 @@ def capacity_wait() -> float:
         return CAPACITY_WAIT_DEFAULT
 
 
-def retries_allowed(request: dict) -> int:
+def retries_allowed(request: dict[str, Any]) -> int:
     """RetryStrategy.MaximumRetryAttempts (0 without one)."""
     return int((request.get("RetryStrategy") or {}).get("MaximumRetryAttempts") or 0)
 
 
-def unbilled_seconds(transitions: list[dict], started: float) -> float:
+def unbilled_seconds(transitions: list[dict[str, Any]], started: float) -> float:
     """Seconds of a job's life without instances: the capacity waits after interruptions (``Interrupted``) and
     the relaunches after them or after an internal failure (a ``Starting`` after the job's start)."""
     total = 0.0
