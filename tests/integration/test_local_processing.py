@@ -120,6 +120,15 @@ FAILING_APP = textwrap.dedent('''
 ''')
 
 
+#: a Java exception PySpark does not convert: Py4JJavaError, whose message is "An error occurred while calling
+#: ..." and, on the next line, ": <the Java exception>" before the JVM's stack frames
+JAVA_FAILING_APP = textwrap.dedent('''
+    from pyspark.sql import SparkSession
+    spark = SparkSession.builder.appName("smdist-java-fail").getOrCreate()
+    spark.sparkContext._jvm.java.io.FileInputStream("/opt/ml/processing/input/no-such-file.csv")
+''')
+
+
 @pytest.fixture(scope="module")
 def spark_jobs(tmp_path_factory):
     """Both Spark jobs run in their image's runtime (framework_version 3.5: pyspark 3.5.x), as by default."""
@@ -137,6 +146,7 @@ def _spark_jobs(tmp_path_factory):
     backend = LocalBackend(tmp / "jobs")
     (tmp / "app.py").write_text(SPARK_APP)
     (tmp / "fail.py").write_text(FAILING_APP)
+    (tmp / "java_fail.py").write_text(JAVA_FAILING_APP)
     (tmp / "smdist_helper.py").write_text("VALUE = 'from --py-files'\n")
     (tmp / "lookup.txt").write_text("from --files\n")
     with zipfile.ZipFile(tmp / "smdist-udfs.jar", "w") as z:
@@ -149,7 +159,7 @@ def _spark_jobs(tmp_path_factory):
                                                                            for j in range(50)))
         (data / "shards" / f"s{i}.txt").write_text(str(i))
     store = f"file://{tmp}/store"
-    ok_name, fail_name = unique("spark-ok"), unique("spark-fail")
+    ok_name, fail_name, java_name = unique("spark-ok"), unique("spark-fail"), unique("spark-java")
     ok = build_pyspark_processing(
         job_name=ok_name, role=ROLE, submit_app=str(tmp / "app.py"), framework_version="3.5", instance_count=2,
         submit_py_files=[str(tmp / "smdist_helper.py")], submit_files=[str(tmp / "lookup.txt")],
@@ -174,12 +184,14 @@ def _spark_jobs(tmp_path_factory):
         job_name=fail_name, role=ROLE, submit_app=str(tmp / "fail.py"), framework_version="3.5", code_location=store,
         inputs={"raw": f"file://{data}/raw"}, outputs={"partial": f"{store}/out/{fail_name}/partial"},
         arguments=["--input", "/opt/ml/processing/input/raw", "--output", "/opt/ml/processing/output/partial"])
+    java_fail = build_pyspark_processing(job_name=java_name, role=ROLE, submit_app=str(tmp / "java_fail.py"),
+                                         framework_version="3.5", code_location=store)
     # the same framework_version on the worker's own pyspark (SMDIST_LOCAL_RUNTIME=worker), which may be another
     (tmp / "version.py").write_text("import pyspark\nprint('running pyspark', pyspark.__version__, flush=True)\n")
     version_name = unique("spark-version")
     version = build_pyspark_processing(job_name=version_name, role=ROLE, submit_app=str(tmp / "version.py"),
                                        framework_version="3.5", code_location=store)
-    for plan in (ok, fail, version):
+    for plan in (ok, fail, version, java_fail):
         upload_plan(plan)
         with pytest.MonkeyPatch.context() as mp:
             if plan is version:
@@ -187,8 +199,9 @@ def _spark_jobs(tmp_path_factory):
                 mp.delenv("SPARK_HOME", raising=False)
             backend.submit("processing", plan.request)
     started = time.time()
-    described = {n: wait(backend, "processing", n) for n in (ok_name, fail_name, version_name)}
+    described = {n: wait(backend, "processing", n) for n in (ok_name, fail_name, version_name, java_name)}
     return SimpleNamespace(backend=backend, ok=ok, fail=fail, ok_name=ok_name, fail_name=fail_name, store=store,
+                           java_name=java_name,
                            version_name=version_name, described=described, seconds=time.time() - started, data=data)
 
 
@@ -300,6 +313,20 @@ def test_failing_spark_app_fails_with_its_exit_code_and_error_and_uploads_nothin
     assert d["ExitMessage"] == "no rows survived the filter"
     assert not os.path.exists(f"{spark_jobs.store[len('file://'):]}/out/{spark_jobs.fail_name}")  # EndOfJob: none
     describe_members_are_the_apis(d)
+
+
+def test_a_java_exception_in_a_spark_app_is_named_in_the_failure_reason(spark_jobs):
+    """Py4JJavaError's first line says only which call failed; the Java exception is on the next line, then the
+    JVM's stack frames. The reason carries the Java exception, not the frames."""
+    d = spark_jobs.described[spark_jobs.java_name]
+    assert d["ProcessingJobStatus"] == "Failed"
+    reason = d["FailureReason"]
+    assert "py4j.protocol.Py4JJavaError: An error occurred while calling None.java.io.FileInputStream." in reason, \
+        reason
+    assert "java.io.FileNotFoundException: /opt/ml/processing/input/no-such-file.csv (No such file or directory)" \
+        in reason, reason
+    assert "\tat " not in reason and "java.base/" not in reason, reason  # the JVM's frames are left out
+    assert len(reason) <= 1024
 
 
 # ---- plain script jobs (cheap: no Spark) -------------------------------------------------------------------------------

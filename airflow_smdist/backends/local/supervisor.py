@@ -48,6 +48,12 @@ FAILURE_READ_LIMIT = 1 << 20
 _TRACEBACK = re.compile(r"^(\[[^\]]*\](?:<std(?:out|err)>)?:\s?)?Traceback \(most recent call last\):")
 #: chained tracebacks ("During handling of the above exception ...") belong to the last one
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+#: a Java exception carried by a Python one (py4j's Py4JJavaError: ": java.io...." on the line after "An error
+#: occurred while calling ...", then the JVM's frames, "Caused by: ..." for each cause)
+_JAVA_CAUSE = (": ", "Caused by: ")
+_JAVA_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more)")
+#: at most this many Java exception lines follow a Python exception line in an excerpt
+_JAVA_CAUSES_KEPT = 4
 
 
 def fit_failure_reason(text: str, limit: int = FAILURE_LIMIT, *, keep_head: bool = True) -> str:
@@ -92,8 +98,26 @@ def error_excerpt(lines: list[str]) -> list[str]:
         if end is not None and "ChildFailedError" not in lines[end]:
             prefix = _tag(lines[start])
             # a tagged rank's traceback: other ranks' lines printed meanwhile are not part of it
-            return lines[:start] + [x for x in lines[start: end + 1] if x.startswith(prefix)]
+            return (lines[:start] + [x for x in lines[start: end + 1] if x.startswith(prefix)]
+                    + _java_causes(lines, end, prefix))
     return lines
+
+
+def _java_causes(lines: list[str], end: int, prefix: str) -> list[str]:
+    """The Java exception (and its causes) that the message of the exception line ``lines[end]`` goes on
+    with, without the JVM's stack frames: a PySpark job's failure is a Py4JJavaError whose first line names only
+    the call that failed."""
+    causes: list[str] = []
+    for line in lines[end + 1:]:
+        if not line.startswith(prefix):
+            continue
+        body = line.removeprefix(prefix)
+        if _JAVA_FRAME.match(body):
+            continue
+        if not body.startswith(_JAVA_CAUSE) or len(causes) == _JAVA_CAUSES_KEPT:
+            break
+        causes.append(line)
+    return causes
 
 
 def _tag(line: str) -> str:
