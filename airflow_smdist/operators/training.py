@@ -242,7 +242,7 @@ def training_result(description: dict[str, Any], backend: Any, *, lr_scaling: di
     the try that submitted the job, a retry that reattached, or ``execute_complete`` after a deferral.
     ``backend`` is a Backend or its name."""
     backend_name = backend if isinstance(backend, str) else backend.name
-    from airflow_smdist.backends.local.contract import decode_hyperparameters, split_hyperparameters
+    from airflow_smdist.wire import decode_hyperparameters, split_hyperparameters
 
     all_hps = decode_hyperparameters(description.get("HyperParameters", {}))
     user_hps, _fixed, _extra = split_hyperparameters(all_hps)

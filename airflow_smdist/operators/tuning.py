@@ -194,7 +194,7 @@ def tuning_result(description: dict[str, Any], backend) -> dict[str, Any]:
     if description.get("FailureReason"):
         out["failure_reason"] = description["FailureReason"]
     if best.get("TrainingJobName"):
-        from airflow_smdist.backends.local.contract import decode_hyperparameters
+        from airflow_smdist.wire import decode_hyperparameters
         from airflow_smdist.lifecycle import call_with_backoff
 
         # with the lifecycle's throttling backoff: the operator's result and the sensor's come through here

@@ -8,7 +8,6 @@ does); packing and uploading it is the caller's I/O (:func:`airflow_smdist.sourc
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -17,6 +16,7 @@ from typing import Any
 
 from airflow_smdist.specs.errors import SpecError, as_mapping, as_tags
 from airflow_smdist.specs.validate import validate_request
+from airflow_smdist.wire import encode_hyperparameters
 
 log = logging.getLogger(__name__)
 
@@ -54,29 +54,6 @@ class TrainingPlan:
     advice: list[Any] = field(default_factory=list)
     lr_scaling: Any = None
     world_size: int = 1
-
-
-def encode_hyperparameters(hps: dict[str, Any], *, script_mode: bool) -> dict[str, str]:
-    """HyperParameters are a str->str map. In script mode the SDK JSON-encodes every value (``0.1`` ->
-    ``"0.1"``, ``"abc"`` -> ``"\\"abc\\""``, ``True`` -> ``"true"``) and the training toolkit decodes them;
-    built-in algorithms take plain strings."""
-    out: dict[str, str] = {}
-    for key, value in hps.items():
-        if not isinstance(key, str) or not key:
-            raise SpecError(f"hyperparameters[{key!r}]", "hyperparameter names must be non-empty strings.")
-        if script_mode:
-            try:
-                out[key] = json.dumps(value)
-            except TypeError:
-                raise SpecError(f"hyperparameters[{key!r}]", f"value {value!r} is not JSON-serialisable.",
-                                "use numbers, strings, booleans, lists or dicts.") from None
-        elif isinstance(value, bool):
-            out[key] = "true" if value else "false"
-        elif isinstance(value, (dict, list)):
-            out[key] = json.dumps(value)
-        else:
-            out[key] = str(value)
-    return out
 
 
 def _as_int(value: Any, name: str, minimum: int | None = 1) -> int:

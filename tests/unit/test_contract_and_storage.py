@@ -10,18 +10,19 @@ from airflow_smdist.backends.local import contract
 from airflow_smdist.backends.local.supervisor import shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import Storage, StoredObject, relative_key, safe_join
+from airflow_smdist import wire
 
 
 def test_cli_args_as_the_training_toolkit_builds_them():
-    hps = contract.decode_hyperparameters({"epochs": "3", "lr": "0.1", "name": '"abc"', "flag": "true",
+    hps = wire.decode_hyperparameters({"epochs": "3", "lr": "0.1", "name": '"abc"', "flag": "true",
                                            "d": '{"b": 1, "a": 2}', "raw": "not-json"})
     assert hps == {"epochs": 3, "lr": 0.1, "name": "abc", "flag": True, "d": {"b": 1, "a": 2}, "raw": "not-json"}
-    assert contract.to_cmd_args(hps) == ["-d", "a=2,b=1", "--epochs", "3", "--flag", "True", "--lr", "0.1",
+    assert wire.to_cmd_args(hps) == ["-d", "a=2,b=1", "--epochs", "3", "--flag", "True", "--lr", "0.1",
                                          "--name", "abc", "--raw", "not-json"]
 
 
 def test_sagemaker_hyperparameters_are_split_out():
-    user, fixed, extra = contract.split_hyperparameters(
+    user, fixed, extra = wire.split_hyperparameters(
         {"lr": 1, "sagemaker_program": "t.py", "sagemaker_mpi_enabled": True, "_tuning_objective_metric": "x"})
     assert user == {"lr": 1} and extra == {"sagemaker_mpi_enabled": True}
     assert set(fixed) == {"sagemaker_program", "_tuning_objective_metric"}

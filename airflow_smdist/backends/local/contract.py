@@ -19,10 +19,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-#: hyperparameters TTK keeps out of the user's (SAGEMAKER_HYPERPARAMETERS + _tuning_objective_metric)
-TTK_FIXED_KEYS = ("sagemaker_program", "sagemaker_submit_directory", "sagemaker_enable_cloudwatch_metrics",
-                  "sagemaker_region", "sagemaker_container_log_level", "sagemaker_job_name",
-                  "default_user_module_name", "sagemaker_s3_output", "_tuning_objective_metric")
+from airflow_smdist.wire import (  # the wire format, read here as the training toolkit reads it
+    DISTRIBUTION_FLAGS,
+    decode_hyperparameters,
+    split_hyperparameters,
+    to_cmd_args,
+)
+
 MASTER_PORT = 7777  # SageMaker's torchrun and PyTorch container port
 
 
@@ -95,12 +98,6 @@ def make_cluster(resource_config: dict, block: tuple[int, int], subnet: str | No
     return Cluster(hosts, groups, is_hetero=len(groups) > 1, interface="eth0" if subnet else "lo")
 
 
-def host_count(resource_config: dict) -> int:
-    """How many hosts a ResourceConfig asks for: its instance groups' counts, or its InstanceCount."""
-    return (sum(int(g["InstanceCount"]) for g in resource_config.get("InstanceGroups") or [])
-            or int(resource_config.get("InstanceCount", 1)))
-
-
 def check_instance_count(count: int, field_name: str) -> None:
     """Refuse, before the job starts, more hosts than the local backend can address."""
     if count > MAX_HOSTS:
@@ -148,43 +145,6 @@ def input_data_config_json(request: dict, channel_names: list[str] | None = None
     return out
 
 
-def decode_hyperparameters(raw: dict[str, str]) -> dict[str, Any]:
-    """TTK's read_hyperparameters(): json.loads each value, keeping the raw string when that fails."""
-    out = {}
-    for k, v in (raw or {}).items():
-        try:
-            out[k] = json.loads(v)
-        except (TypeError, ValueError):
-            out[k] = v
-    return out
-
-
-def split_hyperparameters(hps: dict[str, Any]) -> tuple[dict, dict, dict]:
-    """(user hyperparameters, fixed sagemaker_* ones, additional framework parameters), as TTK splits them."""
-    user, fixed, extra = {}, {}, {}
-    for k, v in hps.items():
-        if k in TTK_FIXED_KEYS:
-            fixed[k] = v
-        elif k.startswith("sagemaker_"):
-            extra[k] = v
-        else:
-            user[k] = v
-    return user, fixed, extra
-
-
-def to_cmd_args(hps: dict[str, Any]) -> list[str]:
-    """TTK mapping.to_cmd_args: sorted keys, ``--key`` (``-k`` for one letter), ``str`` of the value;
-    dicts as ``k1=v1,k2=v2``."""
-    args: list[str] = []
-    for key in sorted(hps):
-        value = hps[key]
-        flag = f"-{key}" if len(key) == 1 else f"--{key}"
-        if isinstance(value, dict):
-            value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
-        args += [flag, "" if value is None else str(value)]
-    return args
-
-
 def _env_value(v: Any) -> str:
     """TTK mapping.to_env_vars: strings as they are, others JSON (sorted, compact), None as ''."""
     if v is None:
@@ -222,13 +182,6 @@ def launcher_of(fixed_and_extra: dict) -> str:
     if hp.get("sagemaker_multi_worker_mirrored_strategy_enabled"):
         return "mwms"
     return "process"
-
-
-#: the distribution flags after which TTK counts the current instance group as a distribution group
-DISTRIBUTION_FLAGS = ("sagemaker_mpi_enabled", "sagemaker_parameter_server_enabled",
-                      "sagemaker_distributed_dataparallel_enabled", "sagemaker_pytorch_ddp_enabled",
-                      "sagemaker_pytorch_xla_multi_worker_enabled", "sagemaker_multi_worker_mirrored_strategy_enabled",
-                      "sagemaker_torch_distributed_enabled")
 
 
 def distribution_instance_groups(extra: dict, host: Host) -> list[str]:

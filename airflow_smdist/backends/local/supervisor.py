@@ -37,6 +37,7 @@ from airflow_smdist.backends.local.store import (
     write_json_atomic,
 )
 from airflow_smdist.storage import Storage, StoredObject, UploadJournal, parse_uri
+from airflow_smdist import wire
 
 if TYPE_CHECKING:
     from airflow_smdist.backends.local import runtimes
@@ -529,7 +530,7 @@ class JobSupervisor:
         if self.isolation == "namespace":
             self.net, no_nat = hostnet.JobNetwork.allocate(str(self.dir), self.state["block"][1],
                                                            nat=not self.network_isolated(),
-                                                           hosts=contract.host_count(resource_config),
+                                                           hosts=wire.host_count(resource_config),
                                                            owner=self.owner())
             subnet = str(self.net.subnet.network_address)
         cluster = contract.make_cluster(resource_config, tuple(self.state["block"]), subnet)

@@ -10,6 +10,7 @@ the others; StopTrainingJob (the ``stop`` file plus SIGTERM) and MaxRuntimeInSec
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -46,6 +47,7 @@ from airflow_smdist.backends.local.supervisor import (
 )
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import pause_for_test, safe_join
+from airflow_smdist import wire
 
 if TYPE_CHECKING:
     from airflow_smdist.backends.local import mpi
@@ -117,6 +119,11 @@ class TrainingSupervisor(JobSupervisor):
     agents: mpi.AgentServer | None = None
     #: tries that ended in a rehearsed interruption or instance failure so far (see .spot)
     tries = 0
+
+    @functools.cached_property
+    def hyperparameters(self) -> wire.Hyperparameters:
+        """The request's hyperparameters, decoded and split once for the whole job."""
+        return wire.Hyperparameters.of(self.request)
 
     def say(self, message: str) -> None:
         """A platform line; a later try's lines say which try they belong to (each fact once per job)."""
@@ -206,8 +213,7 @@ class TrainingSupervisor(JobSupervisor):
         return out
 
     def fetch_source(self) -> Path | None:
-        hps = contract.decode_hyperparameters(self.request.get("HyperParameters", {}))
-        submit = hps.get("sagemaker_submit_directory")
+        submit = self.hyperparameters.decoded.get("sagemaker_submit_directory")
         if not submit:
             return None
         if submit.startswith("/opt/ml/input/data/code/"):  # network isolation: the 'code' channel
@@ -254,8 +260,7 @@ class TrainingSupervisor(JobSupervisor):
 
     def check_mpi(self, rt: runtimes.Runtime) -> None:
         """An MPI job needs Open MPI and mpi4py in its runtime (submit checked what it could foresee)."""
-        hps = contract.decode_hyperparameters(self.request.get("HyperParameters", {}))
-        if contract.launcher_of(hps) != "mpi":
+        if contract.launcher_of(self.hyperparameters.decoded) != "mpi":
             return
         from airflow_smdist.backends.local import mpi  # MPI jobs' alone: not in every supervisor
 
@@ -278,8 +283,7 @@ class TrainingSupervisor(JobSupervisor):
     # -- running ---------------------------------------------------------------------------------
     def launch(self, cluster: contract.Cluster, channels_of: dict, master_port: int) -> None:
         req = self.request
-        hps = contract.decode_hyperparameters(req.get("HyperParameters", {}))
-        user, fixed, extra = contract.split_hyperparameters(hps)
+        user, fixed, extra = self.hyperparameters.user, self.hyperparameters.fixed, self.hyperparameters.extra
         runner = contract.launcher_of({**fixed, **extra})
         rt = self.runtime
         n_cpus = contract.requested_num_cpus(req)
@@ -356,8 +360,8 @@ class TrainingSupervisor(JobSupervisor):
             return list(spec["ContainerEntrypoint"]) + list(spec.get("ContainerArguments") or [])
         entry = program_of(self.request)
         if runner == "mpi" and host.name in dist:
-            return self.mpi_cmd(host, env, entry, contract.to_cmd_args(user), nproc, dist)
-        return contract.host_command(launcher=runner, entry=entry, args=contract.to_cmd_args(user),
+            return self.mpi_cmd(host, env, entry, wire.to_cmd_args(user), nproc, dist)
+        return contract.host_command(launcher=runner, entry=entry, args=wire.to_cmd_args(user),
                                      code_dir_outside=str(self.host_dir(host) / "code"), cluster=self.cluster,
                                      host=host, nproc=nproc, master_port=master_port, python=rt.python,
                                      mpishim=rt.platform_script("mpishim.py"), dist_hosts=dist)
@@ -376,8 +380,7 @@ class TrainingSupervisor(JobSupervisor):
         self.agents.add_host(host.name, host.label, env, inside)
         if host.name != dist[0]:
             return [rt.python, "-I", "-S", mpi.AGENT, "--wait", self.agents.done_file(host.label)]  # inside the host
-        extra = contract.split_hyperparameters(contract.decode_hyperparameters(
-            self.request.get("HyperParameters", {})))[2]
+        extra = self.hyperparameters.extra
         program = mpi.rank_program(contract.entry_command(entry, args, str(self.host_dir(host) / "code"), rt.python),
                                    rt.python)
         return mpi.master_command(hosts=dist, nproc=nproc, extra=extra, interface=self.cluster.interface, env=env,
@@ -652,8 +655,7 @@ def program_of(request: dict) -> str | None:
     env = request.get("Environment") or {}
     if env.get("SAGEMAKER_PROGRAM"):
         return str(env["SAGEMAKER_PROGRAM"])
-    hps = contract.decode_hyperparameters(request.get("HyperParameters", {}))
-    program = hps.get("sagemaker_program")
+    program = wire.decode_hyperparameters(request.get("HyperParameters")).get("sagemaker_program")
     return str(program) if program else None
 
 
@@ -673,7 +675,7 @@ def check_request(request: dict) -> None:
                         "ContainerEntrypoint so the local backend runs your code.")
     contract.requested_num_cpus(request)
     rc = request.get("ResourceConfig") or {}
-    contract.check_instance_count(contract.host_count(rc), "ResourceConfig.InstanceCount")
+    contract.check_instance_count(wire.host_count(rc), "ResourceConfig.InstanceCount")
     check_metric_regexes(spec.get("MetricDefinitions") or [])
     modes = [spec.get("TrainingInputMode", "File")] + [c.get("InputMode") for c in request.get("InputDataConfig", [])]
     if "Pipe" in modes:
