@@ -260,7 +260,7 @@ def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index: int) 
     try:
         answer = _ti_state_from_task_sdk(dag_id, task_id, run_id, map_index)
         return answer if answer is not None else _ti_state_from_db(dag_id, task_id, run_id, map_index)
-    except Exception as exc:
+    except Exception as exc:  # no database configured, unreachable, not migrated, no API server
         raise TaskStateUnknown(f"{type(exc).__name__}: {exc}") from exc
 
 

@@ -51,7 +51,7 @@ class SmdistConsoleLink(BaseOperatorLink):
 
             conf = XCom.get_value(key=self.key, ti_key=ti_key)
             return self.format_link(**conf) if conf else ""
-        except Exception:
+        except Exception:  # a link never fails the page or the task (as BaseAwsLink)
             log.exception("No %s link for %s", self.name, ti_key)
             return ""
 
@@ -63,7 +63,7 @@ class SmdistConsoleLink(BaseOperatorLink):
         try:
             context["ti"].xcom_push(key=cls.key, value={"region_name": region_name,
                                                          "aws_domain": AWS_DOMAINS.get(aws_partition), **kwargs})
-        except Exception:
+        except Exception:  # as BaseAwsLink: a link is never a reason to fail the task
             log.exception("Could not store the %s link", cls.name)
 
 
@@ -132,7 +132,7 @@ class LocalJobPageLink(SmdistConsoleLink):
 
         try:
             return api_base_path() + job_page_path(kwargs["kind"], kwargs["job_name"])
-        except Exception:
+        except Exception:  # a link never fails the task
             log.exception("No job page link for %s", kwargs.get("job_name"))
             return ""
 
@@ -147,5 +147,5 @@ class LocalJobPageLink(SmdistConsoleLink):
             return
         try:
             context["ti"].xcom_push(key=xcom_key, value=url)
-        except Exception:
+        except Exception:  # as BaseAwsLink: a link is never a reason to fail the task
             log.exception("Could not store the %s link", cls.name)

@@ -192,7 +192,7 @@ def _restore_dropped_fields(response, kind: str, job, requested_metrics) -> None
             spec["MetricDefinitions"] = requested_metrics
 
 
-def install_sagemaker_extensions() -> None:
+def install_sagemaker_extensions() -> None:  # extended here, so MotoServer.start installs both
     """Add the missing Stop* handlers and the fidelity fixes to moto's SageMakerResponse (idempotent)."""
     global _installed
     if _installed:

@@ -265,7 +265,7 @@ class Run:
             try:
                 op.execute(self.context("defer", name))
                 return {"deferred": False}
-            except BaseException as exc:
+            except BaseException as exc:  # TaskDeferred (a BaseException on Airflow 3; its module
                 if type(exc).__name__ != "TaskDeferred":  # differs across Airflow lines)
                     raise
                 deferred = exc

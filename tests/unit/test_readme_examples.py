@@ -73,7 +73,7 @@ def test_the_training_examples_run_and_v2_and_v3_spellings_build_the_same_reques
     namespace: dict = {}
     with dag():
         for block in blocks:
-            exec(compile(block, "README.md", "exec"), namespace)
+            exec(compile(block, "README.md", "exec"), namespace)  # the README's own code
     requests = planned(namespace)
     assert requests["train"]["HyperParameters"]["sagemaker_torch_distributed_enabled"] == "true"
     v3 = requests["train_v3"]
@@ -94,7 +94,7 @@ def test_the_operator_table_examples_run(operator):
     namespace: dict = {}
     exec(f"from {table_module(operator)} import {operator}", namespace)
     with dag():
-        op = eval(table_example(operator), namespace)
+        op = eval(table_example(operator), namespace)  # the README's own code
     assert type(op).__name__ == operator
     if hasattr(op, "plan"):
         (request,) = planned({"op": op}).values()

@@ -82,7 +82,7 @@ def _bind(fd: int, target: str, *, read_only: bool, is_dir: bool) -> None:
         os.makedirs(target, exist_ok=True)
     elif not os.path.lexists(target):
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        open(target, "w").close()
+        open(target, "w").close()  # a mount point for a file
     _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC)
     if read_only:
         _read_only(target)
@@ -101,10 +101,10 @@ def _new_dev(root: str) -> None:
     _mount("tmpfs", dev, "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=755,size=64k")
     for name in DEVICES:
         if os.path.exists(f"/dev/{name}"):
-            open(f"{dev}/{name}", "w").close()
+            open(f"{dev}/{name}", "w").close()  # a mount point
             _mount(f"/dev/{name}", f"{dev}/{name}", None, _MS_BIND)
     for name in (n for n in os.listdir("/dev") if n.startswith("nvidia")):  # a GPU, as the GPU instance has it
-        open(f"{dev}/{name}", "w").close()
+        open(f"{dev}/{name}", "w").close()  # a mount point
         _mount(f"/dev/{name}", f"{dev}/{name}", None, _MS_BIND)
     for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx")):

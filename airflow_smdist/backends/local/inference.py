@@ -776,13 +776,13 @@ class SavedModelServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def do_GET(self) -> None:
+            def do_GET(self) -> None:  # http.server's names
                 self._reply("GET")
 
             def do_POST(self) -> None:
                 self._reply("POST")
 
-            def log_message(self, format, *args) -> None:
+            def log_message(self, format, *args) -> None:  # TF Serving does not log requests
                 return
 
         try:
