@@ -656,11 +656,8 @@ class ProcessingSupervisor(JobSupervisor):
         if self.runtime.is_worker:
             return (f"the worker's pyspark ({runtimes.RUNTIME_ENV}=worker) has no {runtimes.SPARK_S3_PACKAGE} "
                     "beside it")
-        try:
-            recorded = json.loads((Path(self.runtime.root or "") / "runtime.json").read_text()).get("spark_s3") or {}
-        except (OSError, ValueError):
-            recorded = {}
-        return recorded.get("why") or f"the job's runtime has no {runtimes.SPARK_S3_PACKAGE} (built before it was added)"
+        return (self.runtime.spark_s3.get("why")
+                or f"the job's runtime has no {runtimes.SPARK_S3_PACKAGE} (built before it was added)")
 
     def apply_configuration(self, configuration: list[dict], conf_dir: Path,
                             core_site: dict[str, str] | None = None) -> dict[str, str]:

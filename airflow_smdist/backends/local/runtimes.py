@@ -132,6 +132,7 @@ class Runtime:
     platform_dir: str | None = None  # the job's private copy of the project files that run "as the image"
     job_bin: str | None = None  # the job's own commands (its ``pip``), first on PATH
     layer_bin: str | None = None  # console scripts its installs put in the job's layer (``ray``, ...), next
+    spark_s3: dict = field(default_factory=dict)  # a Spark runtime's S3A jars as built: {"package"} or {"why"}
 
     @property
     def is_worker(self) -> bool:
@@ -1140,7 +1141,7 @@ def load(final: Path, spec: ImageSpec | None = None) -> Runtime:
         spec.manifest == meta.get("manifest") else meta.get("left_out")
     return Runtime(name=name, python=str(final / "bin" / "python"), bin_dir=str(final / "bin"), root=str(final),
                    packages=meta.get("packages") or {}, notes=tuple(meta.get("notes") or ()),
-                   left_out=tuple(left_out or ()), manifest=meta.get("manifest"))
+                   left_out=tuple(left_out or ()), manifest=meta.get("manifest"), spark_s3=meta.get("spark_s3") or {})
 
 
 # -- per job ------------------------------------------------------------------------------------------------
