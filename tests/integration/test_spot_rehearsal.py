@@ -187,6 +187,21 @@ def test_a_job_without_managed_spot_is_not_interrupted_and_its_log_says_why(back
     assert any("ignored: the request has no EnableManagedSpotTraining" in m for m in messages(backend, name))
 
 
+def test_a_job_that_completes_before_its_next_interruption_says_how_many_of_them_happened(backend, tmp_path,
+                                                                                          monkeypatch):
+    """A rehearsal interrupts a try only while it trains: a try that completes first is not interrupted (as a
+    spot job that ends before capacity goes), and the job's log says so, with the fix, rather than leave the
+    missing interruption to be guessed from the statuses."""
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", "1,60")
+    monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", "none")
+    name, d = run(backend, tmp_path, instance_count=1, hps={"steps": 8, "sleep": 0.2})
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    assert statuses(d).count("Interrupted") == 1
+    said = [m for m in messages(backend, name) if m.startswith("rehearsal: ")]
+    assert any("1 of 2 interruption(s) happened" in m and "before its interruption at 60 s" in m
+               and "try 2" in m for m in said), said
+
+
 def test_the_connection_setting_wins_and_a_malformed_one_is_refused_before_anything_is_written(tmp_path,
                                                                                                monkeypatch):
     from airflow_smdist.specs.errors import SpecError

@@ -506,6 +506,7 @@ class TrainingSupervisor(JobSupervisor):
             if status == "Completed":
                 self.write_success(cluster)
             if secondary not in ("Interrupted", "InstanceFailure"):
+                self.say_rehearsal_unreached()
                 return status, secondary, reason
             self.tries += 1
             end = self.restart(cluster, secondary, self.tries)
@@ -527,6 +528,21 @@ class TrainingSupervisor(JobSupervisor):
             self.say(f"rehearsal: internal instance failures {spot.FAILURES_ENV}={rehearsal['failures_setting']!r}: "
                      + ", ".join(f"{s:g} s" for s in rehearsal["failures"])
                      + f" into training; RetryStrategy.MaximumRetryAttempts={spot.retries_allowed(self.request)}")
+
+    def say_rehearsal_unreached(self) -> None:
+        """A try interrupts only while it trains: one that ends first (as a spot job that completes before
+        capacity goes) leaves the rest of the rehearsal unused, and the log says so and how to reach it."""
+        event = getattr(self, "event", None)
+        if event is None:
+            return
+        ran = time.time() - self.try_started
+        done = sum(1 for e in self.events[:self.tries] if e.kind == event.kind)
+        asked = sum(1 for e in self.events if e.kind == event.kind)
+        what = "interruption(s)" if event.kind == "spot" else "instance failure(s)"
+        total = sum(e.after for e in self.events)
+        self.say(f"rehearsal: {done} of {asked} {what} happened: the job ended {ran:.1f} s into try "
+                 f"{self.tries + 1}'s training, before its {what[:-3]} at {event.after:g} s (every one is reached "
+                 f"when the job trains longer than they add up to, {total:g} s, or ask for earlier ones)")
 
     def over_limit(self, started: float) -> tuple[str, str, str | None] | None:
         """MaxRuntimeInSeconds, then MaxWaitTimeInSeconds (a spot job's whole life since its start, waits
