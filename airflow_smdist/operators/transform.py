@@ -517,7 +517,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         settings = self.settings()
         allow_local = backend.capabilities.local_uris
         if self.fan_out == "processing":
-            from airflow_smdist.backends.local import inference
+            from airflow_smdist.runtime import batch_runner
             from airflow_smdist.specs import sharding
             from airflow_smdist.specs.transform import RUNNER_NAME, build_processing_inference
 
@@ -527,7 +527,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             from airflow_smdist.specs.processing import upload_plan
 
             with tempfile.TemporaryDirectory(prefix="smdist-runner-") as tmp:
-                runner = shutil.copyfile(inference.__file__, f"{tmp}/{RUNNER_NAME}")
+                runner = shutil.copyfile(batch_runner.__file__, f"{tmp}/{RUNNER_NAME}")
                 plan = build_processing_inference(
                     job_name=name, role=self.role, model=model, input_uri=input_uri,
                     output_uri=self.output_uri, runner=runner, code_location=sharding.work_uri(self.output_uri, "code"),

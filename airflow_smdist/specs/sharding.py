@@ -315,7 +315,7 @@ def check_completeness(objects: list[InputObject], outputs: Iterable[StoredObjec
     if count:
         if read is None:
             raise ValueError("count=True needs read")
-        from airflow_smdist.backends.local.inference import count_records
+        from airflow_smdist.runtime.batch_runner import count_records
 
         def counts(e: Entry) -> tuple[int, int | None]:
             n_in = count_records(read(e.input), split_type, compression)

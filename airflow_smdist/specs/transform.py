@@ -13,7 +13,7 @@ CreateProcessingJob requests.
   (docs/contracts.md §4.1).
 * :func:`build_processing_inference`: the same inference as one processing job whose data input is
   ``ShardedByS3Key`` (the processing fan-out): the model's artifact and code as inputs, and the batch
-  runner (:mod:`airflow_smdist.backends.local.inference`, uploaded as ``smdist_batch_runner.py``) applying
+  runner (:mod:`airflow_smdist.runtime.batch_runner`, uploaded as ``smdist_batch_runner.py``) applying
   the model's handlers to each object of the instance's shard, writing the same ``<key>.out`` names.
 
 Pure: no file is read or written and no call is made. Uploads (a sourcedir, the runner) are named in the
@@ -455,7 +455,7 @@ def transform_request(**kwargs: Any) -> dict[str, Any]:
 def runner_arguments(settings: TransformSettings, *, defaults: str = "generic", program: str | None = None,
                      code_dir: str | None = None) -> list[str]:
     """The batch runner's command line for these settings (SageMaker's defaults filled in)."""
-    from airflow_smdist.backends.local.inference import Settings
+    from airflow_smdist.runtime.batch_runner import Settings
 
     runner = Settings(content_type=settings.content_type, accept=settings.accept, split_type=settings.split_type,
                       compression=settings.compression, batch_strategy=settings.batch_strategy or "SingleRecord",
@@ -498,13 +498,13 @@ def build_processing_inference(
 ) -> Any:  # a ProcessingPlan (specs.processing, imported lazily)
     """The processing fan-out: a CreateProcessingJob whose ``data`` input is ``input_uri`` with
     ``ShardedByS3Key`` (each instance gets about 1/n of the objects), running the batch runner
-    (``runner``: a local copy of :mod:`airflow_smdist.backends.local.inference` named
+    (``runner``: a local copy of :mod:`airflow_smdist.runtime.batch_runner` named
     ``smdist_batch_runner.py``, uploaded by the caller with ``specs.processing.upload_plan`` to
     ``<code_location>/<job>/input/code/``; or the s3:// URI of one) in the model's own image over the model's
     artifact and inference code. ``model`` is the CreateModel request (or DescribeModel response) of the
     model. Outputs: ``<output_uri>/<key below the prefix>.out``, as a transform job names them. Returns the
     processing builder's ProcessingPlan (``plan.uploads`` names the runner upload)."""
-    from airflow_smdist.backends.local.inference import defaults_for_image
+    from airflow_smdist.runtime.batch_runner import defaults_for_image
     from airflow_smdist.specs.processing import build_processing
 
     container = model.get("PrimaryContainer") or {}

@@ -22,7 +22,8 @@ import pytest
 
 from airflow_smdist._compat import AirflowException
 from airflow_smdist.backends.base import BackendError
-from airflow_smdist.backends.local import LocalBackend, inference, launcher
+from airflow_smdist.backends.local import LocalBackend, launcher
+from airflow_smdist.runtime import batch_runner as inference
 from airflow_smdist.backends.local import transform as local_transform
 from airflow_smdist.backends.local.store import pid_alive
 from airflow_smdist.operators.transform import (

@@ -20,7 +20,7 @@ import pytest
 
 from airflow_smdist._compat import AirflowException
 from airflow_smdist.backends.base import BackendError
-from airflow_smdist.backends.local import inference
+from airflow_smdist.runtime import batch_runner as inference
 from airflow_smdist.backends.sagemaker import SageMakerBackend
 from airflow_smdist.operators.transform import (
     SageMakerBatchShardPlanOperator,

@@ -192,7 +192,7 @@ def _host_dir(backend, name: str, address: str) -> Path:
 
 
 def test_inference_codecs_match_the_inference_toolkit(toolkit_python):
-    engine = REPO / "airflow_smdist" / "backends" / "local" / "inference.py"
+    engine = REPO / "airflow_smdist" / "runtime" / "batch_runner.py"
     out = subprocess.run([toolkit_python, str(ORACLE / "codecs_view.py"), str(engine)], capture_output=True,
                          text=True, check=False, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-3000:]

@@ -147,12 +147,9 @@ def _show(found: list[list[str]]) -> str:
     return "\n".join("  " + " -> ".join(c) for c in found)
 
 
-#: cycles that need a function-level import, known and owned elsewhere: specs/ still imports the local
-#: backend's in-job batch runner (issue 31, item 3 moves it next to runtime/). A new one fails the test below.
-KNOWN_FUNCTION_LEVEL_CYCLES = [
-    ["airflow_smdist.backends.local", "airflow_smdist.backends.local.transform", "airflow_smdist.specs.sharding",
-     "airflow_smdist.backends.local"],
-]
+#: cycles that need a function-level import, known and owned elsewhere, each with what removes it (none now:
+#: the in-job batch runner that specs/ imported from the local backend lives in runtime/). A new one fails below.
+KNOWN_FUNCTION_LEVEL_CYCLES: list[list[str]] = []
 
 
 def test_the_graph_sees_the_package():
@@ -199,3 +196,16 @@ def test_the_contract_modules_import_no_adapter_or_caller(module):
                "airflow_smdist.backends.sagemaker")
     wrong = sorted(m for m in top[module] | inner[module] if m.startswith(callers))
     assert not wrong, f"{module} imports {wrong}"
+
+
+@pytest.mark.parametrize("package", ["airflow_smdist.specs", "airflow_smdist.operators", "airflow_smdist.wire",
+                                     "airflow_smdist.runtime"])
+def test_the_builders_and_operators_import_no_backend_room(package):
+    """Requests are built (specs/, wire) and operators run (operators/) without the local backend's rooms, not
+    even in a function: what both sides share (the wire format, the in-job batch runner) is neutral."""
+    top, inner = import_graph()
+    mine = [m for m in top if m == package or m.startswith(package + ".")]
+    assert mine
+    wrong = sorted({f"{m} -> {t}" for m in mine for t in top[m] | inner[m]
+                    if t.startswith("airflow_smdist.backends.local")})
+    assert not wrong, wrong

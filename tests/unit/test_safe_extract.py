@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_smdist.backends.local import inference
-from airflow_smdist.backends.local.inference import extract_model, safe_extract
+from airflow_smdist.runtime import batch_runner as inference
+from airflow_smdist.runtime.batch_runner import extract_model, safe_extract
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -125,8 +125,8 @@ def test_every_archive_a_job_receives_goes_through_safe_extract():
     """One extractor, no copies: ``extractall`` appears in the package only inside safe_extract."""
     pkg = REPO / "airflow_smdist"
     calls = {str(p.relative_to(REPO)): len(re.findall(r"\.extractall\(", p.read_text())) for p in pkg.rglob("*.py")}
-    assert {k: v for k, v in calls.items() if v} == {"airflow_smdist/backends/local/inference.py": 2}
-    source = (REPO / "airflow_smdist/backends/local/inference.py").read_text()
+    assert {k: v for k, v in calls.items() if v} == {"airflow_smdist/runtime/batch_runner.py": 2}
+    source = (REPO / "airflow_smdist/runtime/batch_runner.py").read_text()
     body = source[source.index("def safe_extract("):source.index("def _checked_members(")]
     assert body.count(".extractall(") == 2
     training = (REPO / "airflow_smdist/backends/local/training.py").read_text()

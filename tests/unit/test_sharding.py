@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from airflow_smdist.backends.local.inference import split_records
+from airflow_smdist.runtime.batch_runner import split_records
 from airflow_smdist.specs import sharding
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import StoredObject

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from botocore.validate import ParamValidator
 
-from airflow_smdist.backends.local import inference
+from airflow_smdist.runtime import batch_runner as inference
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.transform import (
     CODE_IN_MODEL,

@@ -52,7 +52,11 @@ REQUIREMENTS_KEY = "SMDIST_LOCAL_REQUIREMENTS"
 PYTHON_KEY = "SMDIST_LOCAL_PYTHON"
 TORCH_ENV = "SMDIST_LOCAL_TORCH"
 FORMAT = 3  # bump when what a built runtime holds changes: a new key, so old runtimes are not reused
-PLATFORM_FILES = ("builtin_xgboost.py", "inference.py", "mpishim.py")
+#: name in the job's ``platform/`` -> the project file copied there (the batch runner is the in-job module of
+#: :mod:`airflow_smdist.runtime`, the same file the processing fan-out uploads; the others serve this backend)
+PLATFORM_FILES = {"builtin_xgboost.py": "backends/local/builtin_xgboost.py",
+                  "batch_runner.py": "runtime/batch_runner.py",
+                  "mpishim.py": "backends/local/mpishim.py"}
 #: what those files import beyond the image's packages (the transform engine's DataProcessing JSONPath): in
 #: every runtime uv builds, as the serving container's own agent has it
 PLATFORM_PACKAGES = ("jsonpath-ng",)
@@ -184,7 +188,7 @@ class Runtime:
         """The path of the private copy of a project file that runs inside the runtime (by path, so the
         runtime needs no ``airflow_smdist`` and user code cannot import it)."""
         if name not in PLATFORM_FILES:
-            raise ValueError(f"{name} is not one of {PLATFORM_FILES}")
+            raise ValueError(f"{name} is not one of {sorted(PLATFORM_FILES)}")
         if self.platform_dir is None:
             raise ValueError("platform_script: the runtime was resolved without a job directory")
         return os.path.join(self.platform_dir, name)
@@ -235,9 +239,9 @@ def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
         return rt
     dest = Path(job_dir) / "platform"
     dest.mkdir(parents=True, exist_ok=True)
-    here = Path(__file__).resolve().parent
-    for name in PLATFORM_FILES:
-        shutil.copyfile(here / name, dest / name)
+    package = Path(__file__).resolve().parent.parent.parent
+    for name, source in PLATFORM_FILES.items():
+        shutil.copyfile(package / source, dest / name)
     rt = replace(rt, platform_dir=str(dest))
     if rt.is_worker:
         return rt

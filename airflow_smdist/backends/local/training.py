@@ -34,7 +34,7 @@ from airflow_smdist.backends.local import (
     spot,
     transitions_of,
 )
-from airflow_smdist.backends.local.inference import safe_extract
+from airflow_smdist.runtime.batch_runner import safe_extract
 from airflow_smdist.backends.local.store import write_json_atomic
 from airflow_smdist.backends.local.supervisor import (
     JobSupervisor,

@@ -9,7 +9,7 @@ each instance's objects into its directory, and starts one worker process per in
 instances run in parallel on the cores, each a simulated host (its own namespaces with its directory on
 ``/opt/ml`` where the OS allows it) with the clean environment every host gets (no worker credentials: the
 supervisor moves the data, as SageMaker's agent does outside the container). Each worker, the inference
-engine (:mod:`.inference`) in the image's runtime, loads the model once with the inference toolkit's
+engine (:mod:`airflow_smdist.runtime.batch_runner`) in the image's runtime, loads the model once with the inference toolkit's
 handlers, splits, batches and transforms its objects (``MaxConcurrentTransforms`` requests in flight), and
 writes an object's ``.out`` only when the whole object succeeded; the supervisor uploads it to
 ``<S3OutputPath>/<key below the prefix>.out``. A failing record fails the job; its
@@ -35,9 +35,9 @@ from airflow_smdist.backends.local import (
     contract,
     dt,
     hostfs,
-    inference,
     runtimes,
 )
+from airflow_smdist.runtime import batch_runner as inference
 from airflow_smdist.backends.local.store import (
     private_dir,
     read_json,
@@ -301,7 +301,7 @@ class TransformSupervisor(JobSupervisor):
                 "--names", f"{base}/.transform/names.json"]
         if code_rel:
             args += ["--code-dir", f"{base}/{code_rel}"]
-        return [self.runtime.python, self.runtime.platform_script("inference.py"), *args,
+        return [self.runtime.python, self.runtime.platform_script("batch_runner.py"), *args,
                 *inference.Settings.from_request(self.request).to_args()]
 
     def upload_outputs(self, hosts: list[contract.Host], work: dict, *, complete: bool) -> None:
