@@ -125,8 +125,8 @@ FAMILY_LEFT_OUT: dict[str, list[tuple[str, str, str]]] = {
                  "helpers, data loaders), not on PyPI",
                  "script mode: the project's stand-in for the package's import surface (distributed: rabit_run, "
                  "Rabit, wait_hostname_resolution; data_utils: get_dmatrix, get_content_type, ...; constants; "
-                 "sagemaker_algorithm_toolkit.exceptions), backends/local/xgbcontainer/, on the job's PYTHONPATH; "
-                 "algorithm mode: the project's built-in XGBoost algorithm (backends/local/builtin_xgboost.py)"),
+                 "sagemaker_algorithm_toolkit.exceptions), backends/local/inhost/xgbcontainer/, on the job's PYTHONPATH; "
+                 "algorithm mode: the project's built-in XGBoost algorithm (backends/local/inhost/builtin_xgboost.py)"),
                 ("mlio", "built from source in the image (awslabs/ml-io), not on PyPI", "none")],
     "spark-processing": [("spark", "EMR's Spark and Hadoop RPMs (spark-core, spark-python, hadoop, emrfs), not "
                           "Python packages", "PyPI's pyspark at the image's Spark version (its bundled Spark)")],

@@ -371,7 +371,7 @@ def test_warm_start_informs_the_search_with_the_parents_trials(backend, tmp_path
 
 
 def test_what_cannot_run_locally_is_refused_before_anything_is_written(backend, tmp_path, source):
-    # k-means has no local emulation (built-in XGBoost does: backends/local/builtin_xgboost.py)
+    # k-means has no local emulation (built-in XGBoost does: backends/local/inhost/builtin_xgboost.py)
     plan = build_tuning(job_name=unique("builtin"), role=ROLE, output_path=f"file://{tmp_path}/out",
                         algorithm="kmeans", instance_type="ml.m5.large",
                         hyperparameters={"k": 3, "feature_dim": 4}, objective_metric_name="test:msd",

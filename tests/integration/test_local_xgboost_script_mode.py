@@ -1,7 +1,7 @@
 """The XGBoost framework image in script mode (``framework="xgboost"``, ``1.7-1``, ``entry_point``): the
 container's own test script (tests/fixtures/sagemaker_examples/README.md: source, commit, license, md5), unmodified,
 imports ``sagemaker_xgboost_container`` (distributed.rabit_run, data_utils.get_dmatrix), which the local backend
-stands in for (backends/local/xgbcontainer/), and ``sagemaker_containers.entry_point``: on two hosts both join one
+stands in for (backends/local/inhost/xgbcontainer/), and ``sagemaker_containers.entry_point``: on two hosts both join one
 Rabit ring and the master alone writes the model; on one host it trains alone; a scikit-learn job cannot import the
 package, as on SageMaker.
 

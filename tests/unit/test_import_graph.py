@@ -209,3 +209,30 @@ def test_the_builders_and_operators_import_no_backend_room(package):
     wrong = sorted({f"{m} -> {t}" for m in mine for t in top[m] | inner[m]
                     if t.startswith("airflow_smdist.backends.local")})
     assert not wrong, wrong
+
+
+INHOST = "airflow_smdist.backends.local.inhost"
+
+
+def test_what_runs_inside_a_host_imports_nothing_of_the_package_outside_it():
+    """backends/local/inhost/ runs by path inside a host, where the package is not importable: an import of the
+    rest of it (even in a function) would fail there, not in the supervisor's tests."""
+    top, inner = import_graph()
+    mine = [m for m in top if m.startswith(INHOST + ".")]
+    assert {f"{INHOST}.hostinit", f"{INHOST}.mpiagent", f"{INHOST}.mpishim", f"{INHOST}.builtin_xgboost"} <= set(mine)
+    wrong = sorted({f"{m} -> {t}" for m in mine for t in top[m] | inner[m] if not t.startswith(INHOST)})
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("module", ["hostinit", "mpiagent"])
+def test_the_hosts_init_and_the_mpi_agent_import_the_standard_library_only(module):
+    """They run with ``python -I -S`` (no site-packages, no user path): anything beyond the standard library
+    would fail inside the host."""
+    import sys
+
+    path = ROOT / "backends" / "local" / "inhost" / f"{module}.py"
+    tree = ast.parse(path.read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    outside = sorted(n for n in names if n.split(".")[0] not in sys.stdlib_module_names and n != "__future__")
+    assert not outside, f"{module}.py imports {outside}"

@@ -65,6 +65,12 @@ def test_mwaa_plugins_zip_carries_a_pure_python_wheel(tmp_path):
     with zipfile.ZipFile(tmp_path / provider[0]) as wheel:
         members = wheel.namelist()
         assert "airflow_smdist/runtime/__init__.py" in members
+        # what runs by path inside a job's hosts (backends/local/runtimes.py PLATFORM_FILES, launcher, mpi)
+        in_host = ["airflow_smdist/runtime/batch_runner.py",
+                   *(f"airflow_smdist/backends/local/inhost/{m}.py"
+                     for m in ("hostinit", "mpiagent", "mpishim", "builtin_xgboost")),
+                   "airflow_smdist/backends/local/inhost/xgbcontainer/sagemaker_xgboost_container/distributed.py"]
+        assert not [m for m in in_host if m not in members], [m for m in in_host if m not in members]
         # the image URI tables ship inside the wheel as data: no lookup needs the SageMaker SDK
         assert any(m.startswith("airflow_smdist/specs/image_tables/") and m.endswith(".json") for m in members)
         requires = wheel.read(next(m for m in members if m.endswith("METADATA"))).decode()

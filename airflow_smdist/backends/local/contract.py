@@ -358,7 +358,7 @@ def host_command(*, launcher: str, entry: str, args: list[str], code_dir_outside
                 "--node_rank", str(dist.index(host.name)), entry, *args]
     if launcher in ("mpi", "smddp"):
         inner = entry_command(entry, args, code_dir_outside, python)
-        shim = [python, mpishim] if mpishim else [python, "-m", "airflow_smdist.backends.local.mpishim"]
+        shim = [python, mpishim] if mpishim else [python, "-m", "airflow_smdist.backends.local.inhost.mpishim"]
         return [*shim, "--np", str(nproc), "--nodes", str(len(dist)),
                 "--node-rank", str(dist.index(host.name)), "--", *inner]
     return entry_command(entry, args, code_dir_outside, python)

@@ -1,6 +1,6 @@
 """Start and end simulated hosts, and build the environment each host process gets.
 
-A simulated host is one process tree under :mod:`.hostinit`, its init process. Where the OS allows it
+A simulated host is one process tree under :mod:`.inhost.hostinit`, its init process. Where the OS allows it
 (root, util-linux ``unshare``, iproute2's ``ip``, ``/opt/ml``), the host is a small container made of Linux
 namespaces: mount (its directory on ``/opt/ml``, a private ``/tmp``, the job's ``/etc/hosts``), UTS (host
 name ``algo-N``), network (its own ``eth0`` on the job's bridge, see :mod:`.hostnet`), IPC and PID (the
@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 OPT_ML = "/opt/ml"
-HOSTINIT = str(Path(__file__).with_name("hostinit.py"))
+HOSTINIT = str(Path(__file__).with_name("inhost") / "hostinit.py")
 UNSHARE_FLAGS = ("--mount", "--uts", "--net", "--pid", "--ipc", "--fork", "--propagation", "private", "--kill-child")
 #: what a host process keeps of the supervisor's environment (besides the contract and the request's own)
 PASSTHROUGH = ("PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "JAVA_HOME")
@@ -161,7 +161,7 @@ class HostProcess:
 @dataclass(frozen=True)
 class HostView:
     """What of this machine a namespaced host sees besides its own ``/opt/ml`` and private root file system
-    (see :func:`.hostinit.setup_namespace`): ``ro`` read-only, ``rw`` writable, ``hide`` empty."""
+    (see :func:`.inhost.hostinit.setup_namespace`): ``ro`` read-only, ``rw`` writable, ``hide`` empty."""
 
     ro: tuple[str, ...] = ()
     rw: tuple[str, ...] = ()
@@ -199,7 +199,7 @@ def provider_code() -> str:
 
 def spawn_host(argv: list[str], *, env: dict, cwd: str, stdout, isolation: str, host_dir: str,
                hostname: str, etc_hosts: str | None = None, view: HostView | None = None) -> HostProcess:
-    """Start one host's init process (see :mod:`.hostinit`); call ``go()`` once its network is set up."""
+    """Start one host's init process (see :mod:`.inhost.hostinit`); call ``go()`` once its network is set up."""
     import json
 
     life_r, life_w = os.pipe()

@@ -54,9 +54,9 @@ TORCH_ENV = "SMDIST_LOCAL_TORCH"
 FORMAT = 3  # bump when what a built runtime holds changes: a new key, so old runtimes are not reused
 #: name in the job's ``platform/`` -> the project file copied there (the batch runner is the in-job module of
 #: :mod:`airflow_smdist.runtime`, the same file the processing fan-out uploads; the others serve this backend)
-PLATFORM_FILES = {"builtin_xgboost.py": "backends/local/builtin_xgboost.py",
+PLATFORM_FILES = {"builtin_xgboost.py": "backends/local/inhost/builtin_xgboost.py",
                   "batch_runner.py": "runtime/batch_runner.py",
-                  "mpishim.py": "backends/local/mpishim.py"}
+                  "mpishim.py": "backends/local/inhost/mpishim.py"}
 #: what those files import beyond the image's packages (the transform engine's DataProcessing JSONPath): in
 #: every runtime uv builds, as the serving container's own agent has it
 PLATFORM_PACKAGES = ("jsonpath-ng",)
@@ -271,7 +271,7 @@ def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
 
 
 #: What an image has of its own that scripts import and PyPI does not have, stood in for by the project
-#: (backends/local/xgbcontainer/): manifest family -> the packages copied into the job's ``platform/site``
+#: (backends/local/inhost/xgbcontainer/): manifest family -> the packages copied into the job's ``platform/site``
 IMAGE_PACKAGES: dict[str, tuple[str, ...]] = {
     "xgboost": ("sagemaker_xgboost_container", "sagemaker_algorithm_toolkit"),
 }
@@ -295,7 +295,7 @@ def image_site(rt: Runtime, job_dir: Path) -> str | None:
     family, python = image_python(rt)
     if family not in IMAGE_PACKAGES:
         return None
-    source, site = Path(__file__).resolve().parent / "xgbcontainer", job_dir / "platform" / "site"
+    source, site = Path(__file__).resolve().parent / "inhost" / "xgbcontainer", job_dir / "platform" / "site"
     shutil.rmtree(site, ignore_errors=True)
     for package in IMAGE_PACKAGES[family]:
         shutil.copytree(source / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))

@@ -605,7 +605,7 @@ class JobSupervisor:
         return [str(layer)]
 
     def host_view(self) -> launcher.HostView:
-        """A namespaced host's view of this machine (see :func:`.hostinit.setup_namespace`): this job's own
+        """A namespaced host's view of this machine (see :func:`.inhost.hostinit.setup_namespace`): this job's own
         directory read-only, without the other hosts' directories; nothing of the job root, other jobs,
         AIRFLOW_HOME, the worker's home or checkout."""
         return launcher.HostView(ro=(str(self.dir), *self.keep_paths()), rw=tuple(self.writable_paths()),

@@ -59,7 +59,6 @@ CHECKPOINT_DEFAULT = "/opt/ml/checkpoints"
 #: the SageMaker XGBoost container, in any account and region (``algorithm_image_uri("xgboost", ...)``)
 XGBOOST_IMAGE = re.compile(r"^[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?/sagemaker-xgboost"
                            r"(?::(?P<tag>[A-Za-z0-9._-]+)|@sha256:[0-9a-f]{64})$")
-XGBOOST_MODULE = "airflow_smdist.backends.local.builtin_xgboost"
 XGBOOST_TRACKER_PORT = 9099  # the container's first Rabit port; the second rendezvous uses the next one
 XGBOOST_LOCAL_CONTENT_TYPES = ("csv", "text/csv", "libsvm", "text/libsvm", "text/x-libsvm")
 
@@ -71,7 +70,7 @@ def builtin_xgboost_image(image: str | None) -> bool:
 
 def runs_builtin_xgboost(request: dict) -> bool:
     """The built-in XGBoost algorithm: its image, and neither a script (script mode runs the same image) nor a
-    ContainerEntrypoint. The local backend runs :mod:`.builtin_xgboost` on each host for it."""
+    ContainerEntrypoint. The local backend runs :mod:`.inhost.builtin_xgboost` on each host for it."""
     spec = request["AlgorithmSpecification"]
     return (builtin_xgboost_image(spec.get("TrainingImage")) and not spec.get("ContainerEntrypoint")
             and "sagemaker_program" not in (request.get("HyperParameters") or {}))

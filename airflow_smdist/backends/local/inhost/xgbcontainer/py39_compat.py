@@ -2,7 +2,7 @@
 packages of an image whose Python is 3.9 or older run here on a newer Python: the XGBoost image's
 ``sagemaker_containers`` 2.8.6 (``_mapping.MappingMixin(collections.Mapping)``, imported by ``entry_point`` and
 ``_env``, which scripts for the image import). A job's host imports this as ``sitecustomize`` (airflow-smdist's
-local backend puts it there for such images only: see ``backends/local/xgbcontainer/__init__.py``)."""
+local backend puts it there for such images only: see ``backends/local/inhost/xgbcontainer/__init__.py``)."""
 
 import collections
 import collections.abc
