@@ -283,13 +283,12 @@ def lr_scaling_of_job(description: dict[str, Any], hyperparameters: dict[str, An
     from airflow_smdist.specs import best_practices
     from airflow_smdist.specs.training import _as_int
 
+    from airflow_smdist.wire import host_count
+
     resources = description.get("ResourceConfig", {})
     groups = resources.get("InstanceGroups") or []
-    if groups:
-        instance_type, count = groups[0]["InstanceType"], sum(int(g["InstanceCount"]) for g in groups)
-    else:
-        instance_type, count = resources.get("InstanceType"), int(resources.get("InstanceCount") or 1)
-    world = best_practices.world_size(instance_type, count, distribution)
+    instance_type = groups[0]["InstanceType"] if groups else resources.get("InstanceType")
+    world = best_practices.world_size(instance_type, host_count(resources), distribution)
     per_device = _as_int(lr_scaling.get("per_device_batch_size"), "lr_scaling.per_device_batch_size")
     return {"global_batch_size": per_device * world,
             "learning_rate": hyperparameters.get(lr_scaling.get("hyperparameter", "learning_rate")),
