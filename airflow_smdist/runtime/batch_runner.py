@@ -55,7 +55,10 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+if TYPE_CHECKING:  # annotations only: nothing more is imported at run time
+    from types import ModuleType
 
 # -- content types (sagemaker_inference.content_types) ------------------------------------------------------
 JSON = "application/json"
@@ -87,27 +90,27 @@ def base_type(content_type: str | None) -> str:
 
 
 # -- decoder / encoder (sagemaker_inference.decoder, .encoder) ------------------------------------------------
-def _json_to_numpy(string_like, dtype=None):
+def _json_to_numpy(string_like: str | bytes, dtype: Any = None) -> Any:
     import numpy as np
 
     return np.array(json.loads(string_like), dtype=dtype)
 
 
-def _csv_to_numpy(string_like, dtype=None):
+def _csv_to_numpy(string_like: str, dtype: Any = None) -> Any:
     import numpy as np
 
     return np.genfromtxt(io.StringIO(string_like), dtype=dtype, delimiter=",")
 
 
-def _npy_to_numpy(npy_array):
+def _npy_to_numpy(npy_array: bytes) -> Any:
     import numpy as np
 
     return np.load(io.BytesIO(npy_array), allow_pickle=True)
 
 
-def decode(obj, content_type: str):
+def decode(obj: Any, content_type: str) -> Any:
     """The toolkit's ``decoder.decode``: JSON, CSV or NPY into a numpy array."""
-    decoders = {NPY: _npy_to_numpy, CSV: _csv_to_numpy, JSON: _json_to_numpy}
+    decoders: dict[str, Callable[[Any], Any]] = {NPY: _npy_to_numpy, CSV: _csv_to_numpy, JSON: _json_to_numpy}
     try:
         decoder = decoders[base_type(content_type)]
     except KeyError:
@@ -115,8 +118,8 @@ def decode(obj, content_type: str):
     return decoder(obj)
 
 
-def _array_to_json(array_like) -> str:
-    def default(value):
+def _array_to_json(array_like: Any) -> str:
+    def default(value: Any) -> Any:
         if hasattr(value, "tolist"):
             return value.tolist()
         return json.JSONEncoder().default(value)
@@ -124,7 +127,7 @@ def _array_to_json(array_like) -> str:
     return json.dumps(array_like, default=default)
 
 
-def _array_to_npy(array_like) -> bytes:
+def _array_to_npy(array_like: Any) -> bytes:
     import numpy as np
 
     buffer = io.BytesIO()
@@ -132,7 +135,7 @@ def _array_to_npy(array_like) -> bytes:
     return buffer.getvalue()
 
 
-def _array_to_csv(array_like) -> str:
+def _array_to_csv(array_like: Any) -> str:
     import numpy as np
 
     stream = io.StringIO()
@@ -140,9 +143,9 @@ def _array_to_csv(array_like) -> str:
     return stream.getvalue()
 
 
-def encode(array_like, content_type: str):
+def encode(array_like: Any, content_type: str) -> Any:
     """The toolkit's ``encoder.encode``: an array-like into JSON (str), CSV (str) or NPY (bytes)."""
-    encoders = {NPY: _array_to_npy, CSV: _array_to_csv, JSON: _array_to_json}
+    encoders: dict[str, Callable[[Any], str | bytes]] = {NPY: _array_to_npy, CSV: _array_to_csv, JSON: _array_to_json}
     try:
         encoder = encoders[base_type(content_type)]
     except KeyError:
@@ -160,22 +163,22 @@ class DefaultInferenceHandler:
 
     name = "generic"
 
-    def default_model_fn(self, model_dir):
+    def default_model_fn(self, model_dir: str) -> Any:
         raise NotImplementedError(textwrap.dedent("""
             Please provide a model_fn implementation.
             See documentation for model_fn at https://sagemaker.readthedocs.io/en/stable/
             """).strip())
 
-    def default_input_fn(self, input_data, content_type):
+    def default_input_fn(self, input_data: Any, content_type: str) -> Any:
         return decode(input_data, content_type)
 
-    def default_predict_fn(self, data, model):
+    def default_predict_fn(self, data: Any, model: Any) -> Any:
         raise NotImplementedError(textwrap.dedent("""
             Please provide a predict_fn implementation.
             See documentation for predict_fn at https://sagemaker.readthedocs.io/en/stable/
             """).strip())
 
-    def default_output_fn(self, prediction, accept):
+    def default_output_fn(self, prediction: Any, accept: str) -> Any:
         return encode(prediction, accept), accept
 
 
@@ -184,13 +187,13 @@ class SKLearnInferenceHandler(DefaultInferenceHandler):
 
     name = "sklearn"
 
-    def default_input_fn(self, input_data, content_type):
+    def default_input_fn(self, input_data: Any, content_type: str) -> Any:
         import numpy as np
 
         array = decode(input_data, content_type)
         return array.astype(np.float32) if base_type(content_type) in UTF8_TYPES else array
 
-    def default_predict_fn(self, data, model):
+    def default_predict_fn(self, data: Any, model: Any) -> Any:
         return model.predict(data)
 
 
@@ -199,7 +202,7 @@ class PyTorchInferenceHandler(DefaultInferenceHandler):
 
     name = "pytorch"
 
-    def default_model_fn(self, model_dir):
+    def default_model_fn(self, model_dir: str) -> Any:
         import torch
 
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -211,11 +214,12 @@ class PyTorchInferenceHandler(DefaultInferenceHandler):
                 raise ValueError(f"Exactly one .pth or .pt file is required for PyTorch models: {files}")
             path = os.path.join(model_dir, files[0])
         try:
-            return torch.jit.load(path, map_location=device).to(device)
+            jit_load: Callable[..., Any] = torch.jit.load  # torch leaves it unannotated
+            return jit_load(path, map_location=device).to(device)
         except RuntimeError as e:
             raise RuntimeError(f"Failed to load {path}. Please ensure model is saved using torchscript.") from e
 
-    def default_input_fn(self, input_data, content_type):
+    def default_input_fn(self, input_data: Any, content_type: str) -> Any:
         import torch
 
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -223,14 +227,14 @@ class PyTorchInferenceHandler(DefaultInferenceHandler):
         tensor = torch.FloatTensor(array) if base_type(content_type) in UTF8_TYPES else torch.from_numpy(array)
         return tensor.to(device)
 
-    def default_predict_fn(self, data, model):
+    def default_predict_fn(self, data: Any, model: Any) -> Any:
         import torch
 
         with torch.no_grad():
             model.eval()
             return model(data)
 
-    def default_output_fn(self, prediction, accept):
+    def default_output_fn(self, prediction: Any, accept: str) -> Any:
         import torch
 
         if isinstance(prediction, torch.Tensor):
@@ -302,12 +306,12 @@ class _HFText2Image:
 
         self.pipeline = DiffusionPipeline.from_pretrained(model_dir, torch_dtype=torch.float32).to("cpu")
 
-    def __call__(self, prompt, **kwargs):
+    def __call__(self, prompt: Any, **kwargs: Any) -> Any:
         kwargs.pop("num_images_per_prompt", None)
         return self.pipeline(prompt, num_images_per_prompt=1, **kwargs).images[0]
 
 
-def _hf_json_default(obj):
+def _hf_json_default(obj: Any) -> Any:
     """decoder_encoder._JSONEncoder.default: numpy scalars, arrays (``tolist``), datetimes, PIL images (PNG,
     base64)."""
     import base64
@@ -327,7 +331,7 @@ def _hf_json_default(obj):
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
-def hf_decode(content, content_type: str):
+def hf_decode(content: Any, content_type: str) -> Any:
     """decoder_encoder.decode: JSON as it is (a dict for pipelines), CSV with an ``inputs`` / ``question`` /
     ``context`` header, NPY, images ({"inputs": PIL image}) and audio ({"inputs": bytes}); the content type
     as given (the toolkit matches it exactly)."""
@@ -350,7 +354,7 @@ def hf_decode(content, content_type: str):
     raise UnsupportedFormatError(content_type)
 
 
-def hf_encode(content, accept: str):
+def hf_encode(content: Any, accept: str) -> Any:
     """decoder_encoder.encode: compact JSON (non-ASCII kept), CSV of the result's dicts, NPY, or an image."""
     if accept == JSON:
         return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, default=_hf_json_default,
@@ -379,7 +383,7 @@ class HuggingFaceInferenceHandler(DefaultInferenceHandler):
 
     name = "huggingface"
 
-    def default_model_fn(self, model_dir):
+    def default_model_fn(self, model_dir: str) -> Any:
         files = os.listdir(model_dir)
         if "HF_TASK" in os.environ:
             task = os.environ["HF_TASK"]
@@ -398,7 +402,7 @@ class HuggingFaceInferenceHandler(DefaultInferenceHandler):
         return self.pipeline(task, model_dir)
 
     @staticmethod
-    def pipeline(task: str | None, model_dir: str):
+    def pipeline(task: str | None, model_dir: str) -> Any:
         """transformers_utils.get_pipeline for a model directory."""
         if task is None:
             raise OSError("The task for this model is not set: Please set one: https://huggingface.co/docs#how-is-a-"
@@ -413,18 +417,18 @@ class HuggingFaceInferenceHandler(DefaultInferenceHandler):
         trust = _strtobool(os.environ.get("HF_TRUST_REMOTE_CODE", "False"))
         return pipeline(task=task, model=model_dir, device=-1, trust_remote_code=trust, **{key: model_dir})
 
-    def default_input_fn(self, input_data, content_type):
+    def default_input_fn(self, input_data: Any, content_type: str) -> Any:
         task = os.environ.get("HF_TASK")
         if task in ("zero-shot-classification", "table-question-answering") and content_type == CSV:
             raise ValueError(f"content type {content_type} not support with {task}, use different content_type")
         return hf_decode(input_data, content_type)
 
-    def default_predict_fn(self, data, model):
+    def default_predict_fn(self, data: Any, model: Any) -> Any:
         inputs = data.pop("inputs", data)
         parameters = data.pop("parameters", None)
         return model(inputs, **parameters) if parameters is not None else model(inputs)
 
-    def default_output_fn(self, prediction, accept):
+    def default_output_fn(self, prediction: Any, accept: str) -> Any:
         return hf_encode(prediction, accept)
 
 
@@ -452,7 +456,7 @@ class Context:
     """The slice of the model server's request context that handlers taking a ``context`` argument read."""
 
     model_dir: str
-    system_properties: dict = field(default_factory=dict)
+    system_properties: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.system_properties.setdefault("model_dir", self.model_dir)
@@ -484,7 +488,7 @@ class Handler:
         self._set_functions()
         self.model = self._run(self.model_fn, model_dir)
 
-    def _import_user_module(self):
+    def _import_user_module(self) -> ModuleType | None:
         if not os.path.isdir(self.code_dir):
             return None
         if self.code_dir not in sys.path:
@@ -499,7 +503,8 @@ class Handler:
 
     def _set_functions(self) -> None:
         d, user = self.defaults, self.user_module
-        get = (lambda name: getattr(user, name, None)) if user is not None else (lambda name: None)
+        get: Callable[[str], Any] = ((lambda name: getattr(user, name, None)) if user is not None
+                                     else (lambda name: None))
         transform_fn, input_fn, predict_fn, output_fn = (get(n) for n in
                                                          ("transform_fn", "input_fn", "predict_fn", "output_fn"))
         if transform_fn and (input_fn or predict_fn or output_fn):
@@ -511,7 +516,7 @@ class Handler:
         self.output_fn = output_fn or d.default_output_fn
         self.transform_fn = transform_fn or self._default_transform_fn
 
-    def _run(self, func: Callable, *args):
+    def _run(self, func: Callable[..., Any], *args: Any) -> Any:
         """The toolkit's _run_handler_function: pass the context when the function takes one more argument."""
         try:
             n = len(inspect.signature(func).parameters)
@@ -523,12 +528,12 @@ class Handler:
             return func(*args, self.context)
         raise TypeError(f"{func.__name__} takes {n} arguments but {len(args)} were given.")
 
-    def _default_transform_fn(self, model, input_data, content_type, accept):
+    def _default_transform_fn(self, model: Any, input_data: Any, content_type: str | None, accept: str) -> Any:
         data = self._run(self.input_fn, input_data, content_type)
         prediction = self._run(self.predict_fn, data, model)
         return self._run(self.output_fn, prediction, accept)
 
-    def invoke(self, payload: bytes, content_type: str, accept: str | None) -> tuple[bytes, str]:
+    def invoke(self, payload: bytes, content_type: str | None, accept: str | None) -> tuple[bytes, str]:
         """One /invocations request: (response body, response content type)."""
         if not accept or accept == ANY:
             accept = self.default_accept
@@ -585,7 +590,7 @@ def find_saved_models(model_dir: str) -> dict[str, dict[int, str]]:
     return models
 
 
-def _tfs_value(array) -> Any:
+def _tfs_value(array: Any) -> Any:
     """A result tensor as TF Serving's JSON writes it: float32 at float32's shortest repr (3.5, 0.1), bytes as
     text."""
     import numpy as np
@@ -635,7 +640,7 @@ class SavedModelServer:
                       f"(signatures: {', '.join(sorted(meta.signature_def))})", flush=True)
         self.httpd: Any = None
 
-    def status(self, name: str) -> dict:
+    def status(self, name: str) -> dict[str, Any]:
         if name not in self.paths:
             raise TfsError(404, f"Could not find any versions of model {name}")
         return {"model_version_status": [{"version": str(v), "state": "AVAILABLE",
@@ -652,7 +657,7 @@ class SavedModelServer:
             raise TfsError(404, f"Servable not found for request: Specific({name}, {version})")
         return self.loaded[(name, int(version))]
 
-    def predict(self, name: str, version: str | None, body: bytes) -> dict:
+    def predict(self, name: str, version: str | None, body: bytes) -> dict[str, Any]:
         session, meta = self.session_for(name, version)
         if not body.strip():
             raise TfsError(400, "JSON Parse error: The document is empty")
@@ -684,7 +689,7 @@ class SavedModelServer:
             return {"outputs": _tfs_value(next(iter(outputs.values())))}
         return {"outputs": {k: _tfs_value(v) for k, v in outputs.items()}}
 
-    def _row_feeds(self, signature, instances) -> dict[str, Any]:
+    def _row_feeds(self, signature: Any, instances: Any) -> dict[str, Any]:
         if not isinstance(instances, list):
             raise TfsError(400, "Expecting 'instances' to be an list/array")
         keys = sorted(signature.inputs)
@@ -699,7 +704,7 @@ class SavedModelServer:
                            "tensors required as per tensorinfo_map")
         return {keys[0]: _tfs_decode_b64(instances)}
 
-    def _columnar_feeds(self, signature, inputs) -> dict[str, Any]:
+    def _columnar_feeds(self, signature: Any, inputs: Any) -> dict[str, Any]:
         keys = sorted(signature.inputs)
         if isinstance(inputs, dict) and set(inputs) != {"b64"}:
             missing = [k for k in keys if k not in inputs]
@@ -712,7 +717,7 @@ class SavedModelServer:
         return {keys[0]: _tfs_decode_b64(inputs)}
 
     @staticmethod
-    def _run(session, signature, feeds: dict[str, Any]) -> dict[str, Any]:
+    def _run(session: Any, signature: Any, feeds: dict[str, Any]) -> dict[str, Any]:
         """The signature's outputs for these inputs. Fed as TF Serving feeds (the C++ session, no client-side
         shape check: ``[1.0, 2.0]`` feeds a ``(?, 1)`` placeholder, as TF Serving takes it)."""
         import numpy as np
@@ -782,7 +787,7 @@ class SavedModelServer:
             def do_POST(self) -> None:
                 self._reply("POST")
 
-            def log_message(self, format, *args) -> None:  # TF Serving does not log requests
+            def log_message(self, format: str, *args: Any) -> None:  # TF Serving does not log requests
                 return
 
         try:
@@ -850,7 +855,8 @@ class TensorFlowServingHandler:
         self.model_dir = model_dir
         self.server = SavedModelServer(model_dir)
         self.port = self.server.serve()
-        self.context_type = namedtuple("Context", TFS_CONTEXT_FIELDS)  # type: ignore[misc]
+        # a namedtuple class kept on the instance (python_service.py's Context), which mypy does not model
+        self.context_type: Any = namedtuple("Context", TFS_CONTEXT_FIELDS)  # type: ignore[misc]
         code = os.path.join(model_dir, "code")
         for path in (code, os.path.join(code, "lib")):
             if os.path.isdir(path) and path not in sys.path:
@@ -862,27 +868,30 @@ class TensorFlowServingHandler:
                  "conversion of JSON and CSV"), flush=True)
 
     @staticmethod
-    def _import_handlers(script: str) -> Callable:
+    def _import_handlers(script: str) -> Callable[..., Any]:
         """python_service.py's ``_import_handlers`` and ``_make_handler``."""
         import importlib.util
 
         spec = importlib.util.spec_from_file_location("inference", script)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        if spec is None or spec.loader is None:  # a .py path always has a spec with a loader
+            raise ImportError(f"cannot load {script} as a module")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
         if hasattr(module, "handler"):
-            return module.handler
+            user_handler: Callable[..., Any] = module.handler
+            return user_handler
         if not (hasattr(module, "input_handler") and hasattr(module, "output_handler")):
             raise NotImplementedError("Handlers are not implemented correctly in user script.")
         import requests
 
-        def handler(data, context):
+        def handler(data: Any, context: Any) -> Any:
             processed_input = module.input_handler(data, context)
             response = requests.post(context.rest_uri, data=processed_input)
             return module.output_handler(response, context)
 
         return handler
 
-    def invoke(self, payload: bytes, content_type: str, accept: str | None) -> tuple[bytes, str]:
+    def invoke(self, payload: bytes, content_type: str | None, accept: str | None) -> tuple[bytes, str]:
         """One /invocations request: (response body, response content type). A handler's exception is the model
         server's 500; the nginx path's non-200 answer from TF Serving, its status."""
         content_type = content_type or JSON  # tfs_utils.parse_request's defaults
@@ -946,7 +955,7 @@ class Settings:
     invocations_max_retries: int = 3
 
     @classmethod
-    def from_request(cls, request: dict) -> "Settings":
+    def from_request(cls, request: dict[str, Any]) -> "Settings":
         """From a CreateTransformJob request, with SageMaker's defaults for what it leaves out."""
         ti, to = request["TransformInput"], request["TransformOutput"]
         dp = request.get("DataProcessing") or {}
@@ -1006,7 +1015,7 @@ def split_records(data: bytes, split_type: str) -> list[Record]:
     if split_type != "Line":
         raise TransformError(f"SplitType {split_type!r} is not supported by the local backend (only None and "
                              "Line); run the job with backend='sagemaker'.")
-    out = []
+    out: list[Record] = []
     for i, raw in enumerate(data.split(b"\n"), start=1):
         line = raw[:-1] if raw.endswith(b"\r") else raw
         if line.strip():
@@ -1071,7 +1080,7 @@ class JsonPath:
 
     def __init__(self, path: str) -> None:
         self.path = path.strip()
-        from jsonpath_ng import parse
+        from jsonpath_ng import parse  # type: ignore[attr-defined]  # re-exported by jsonpath_ng, no __all__
         from jsonpath_ng.jsonpath import Child, Fields, Index, Root
 
         self._types = (Child, Fields, Index, Root)
@@ -1083,7 +1092,7 @@ class JsonPath:
             self.parts = [parse(self.path)]
             self.single = self._is_single(self.parts[0])
 
-    def _is_single(self, expr) -> bool:
+    def _is_single(self, expr: Any) -> bool:
         Child, Fields, Index, Root = self._types
         if isinstance(expr, Root):
             return True
@@ -1221,7 +1230,7 @@ def _invoke(handler: Handler, payload: bytes, settings: Settings) -> bytes:
 
 
 def _invoke_batches(handler: Handler, batches: list[list[Record]], settings: Settings, name: str,
-                    executor: ThreadPoolExecutor | None, payload_of) -> list[bytes]:
+                    executor: ThreadPoolExecutor | None, payload_of: Callable[[list[Record]], bytes]) -> list[bytes]:
     """Every mini-batch's response, ``max_concurrent_transforms`` at a time, each within the timeout."""
     own = executor is None
     pool = executor or ThreadPoolExecutor(max_workers=max(1, settings.max_concurrent_transforms))
@@ -1277,7 +1286,7 @@ def _where(batch: list[Record]) -> str:
 
 
 def _locate(handler: Handler, batch: list[Record], settings: Settings, name: str, error: BaseException,
-            payload_of) -> TransformError:
+            payload_of: Callable[[list[Record]], bytes]) -> TransformError:
     """Name the record that broke a mini-batch: try its records one by one (once each)."""
     culprit, cause = None, error
     if len(batch) > 1:
@@ -1300,7 +1309,7 @@ def _locate(handler: Handler, batch: list[Record], settings: Settings, name: str
 
 
 # -- model archive ------------------------------------------------------------------------------------------
-def safe_extract(archive: str | os.PathLike, dest: str | os.PathLike) -> None:
+def safe_extract(archive: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
     """Extract a tar archive into ``dest`` with nothing landing outside it: tarfile's ``data`` filter where this
     Python has it (3.11.4+, 3.12+), else the same guard by hand (:func:`_checked_members`). The one extractor of
     archives a job receives (sourcedir.tar.gz, model.tar.gz): this file is stdlib-only, so the training
@@ -1312,7 +1321,7 @@ def safe_extract(archive: str | os.PathLike, dest: str | os.PathLike) -> None:
             tar.extractall(dest, members=_checked_members(tar, str(dest)), numeric_owner=True)
 
 
-def _checked_members(tar: tarfile.TarFile, dest: str):
+def _checked_members(tar: tarfile.TarFile, dest: str) -> Iterator[tarfile.TarInfo]:
     """The archive's members, each checked just before it is extracted (so a link extracted earlier is
     followed): no absolute or '..' name, no link to outside ``dest``, no device or fifo; owned by the
     extracting user with no set-id bits (what the ``data`` filter does)."""

@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 import traceback
+from typing import Any, Callable
 
 FORMAT = "smdist-function/1"
 PAYLOAD_JSON = "smdist_function.json"
@@ -75,7 +76,7 @@ def _base_dir() -> str:
     return os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
 
 
-def _identity() -> dict:
+def _identity() -> dict[str, Any]:
     """rank, world size, local rank, host and host rank of this process (torchrun / MPI / one per host)."""
     from airflow_smdist.runtime import cluster
 
@@ -95,16 +96,16 @@ def _write_atomic(path: str, data: bytes) -> None:
 
 
 # -- loading the function -----------------------------------------------------------------------------------
-def load_payload(payload_dir: str) -> dict:
+def load_payload(payload_dir: str) -> dict[str, Any]:
     with open(os.path.join(payload_dir, PAYLOAD_JSON)) as f:
-        payload = json.load(f)
+        payload: dict[str, Any] = json.load(f)
     if payload.get("format") != FORMAT:
         raise RuntimeMismatch(f"payload format {payload.get('format')!r} is not {FORMAT!r}: the payload was "
                               "written by another version of airflow-smdist than the runner shipped with it")
     return payload
 
 
-def check_pickle_runtime(payload: dict) -> None:
+def check_pickle_runtime(payload: dict[str, Any]) -> None:
     """serializer="cloudpickle": this Python's major.minor and cloudpickle's version must be the client's."""
     client = payload.get("client") or {}
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -122,7 +123,8 @@ def check_pickle_runtime(payload: dict) -> None:
                               f"{client.get('cloudpickle')}")
 
 
-def load_function(payload_dir: str, payload: dict):
+def load_function(payload_dir: str,
+                  payload: dict[str, Any]) -> tuple[Callable[..., Any], list[Any], dict[str, Any]]:
     """(function, args, kwargs) from the payload."""
     if payload.get("serializer") == "cloudpickle":
         check_pickle_runtime(payload)
@@ -133,20 +135,24 @@ def load_function(payload_dir: str, payload: dict):
         return function, list(args), dict(kwargs)
     path = os.path.join(payload_dir, PAYLOAD_SOURCE)
     spec = importlib.util.spec_from_file_location("smdist_function", path)
+    if spec is None or spec.loader is None:  # a .py path always has a spec with a loader
+        raise ImportError(f"cannot load {path} as a module")
     module = importlib.util.module_from_spec(spec)
     sys.modules["smdist_function"] = module
     spec.loader.exec_module(module)
     return getattr(module, payload["function"]), list(payload.get("args") or []), dict(payload.get("kwargs") or {})
 
 
-def hyperparameters() -> dict:
+def hyperparameters() -> dict[str, Any]:
     try:
-        return json.loads(os.environ.get("SM_HPS") or "{}")
+        hps: dict[str, Any] = json.loads(os.environ.get("SM_HPS") or "{}")
+        return hps
     except ValueError:
         return {}
 
 
-def bind(function, args: list, kwargs: dict, hps: dict) -> tuple[list, dict]:
+def bind(function: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
+         hps: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """The call's arguments; a parameter the call leaves to its default takes the hyperparameter of the same
     name (``lr_scaling``'s learning rate, ``secret_hyperparameters``) when the job has one."""
     try:
@@ -164,7 +170,7 @@ def bind(function, args: list, kwargs: dict, hps: dict) -> tuple[list, dict]:
 
 
 # -- results and errors -------------------------------------------------------------------------------------
-def encode_result(value, limit: int, what: str) -> bytes:
+def encode_result(value: Any, limit: int, what: str) -> bytes:
     try:
         data = json.dumps(value, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
@@ -177,7 +183,7 @@ def encode_result(value, limit: int, what: str) -> bytes:
     return data
 
 
-def write_training_result(data: bytes, ident: dict) -> str:
+def write_training_result(data: bytes, ident: dict[str, Any]) -> str:
     out = os.path.join(os.environ.get("SM_OUTPUT_DATA_DIR") or os.path.join(_base_dir(), "output", "data"),
                        RESULT_DIR)
     _write_atomic(os.path.join(out, RESULT_FILE), data)
@@ -187,7 +193,7 @@ def write_training_result(data: bytes, ident: dict) -> str:
     return out
 
 
-def write_processing_result(data: bytes, ident: dict, results_dir: str) -> str:
+def write_processing_result(data: bytes, ident: dict[str, Any], results_dir: str) -> str:
     record = json.dumps({"host": ident["host"], "host_rank": ident["host_rank"], "num_hosts": ident["num_hosts"],
                          "sha256": hashlib.sha256(data).hexdigest(), "time": time.time()}).encode()
     name = f"host-{ident['host_rank']:05d}"
@@ -196,7 +202,7 @@ def write_processing_result(data: bytes, ident: dict, results_dir: str) -> str:
     return results_dir
 
 
-def error_record(exc: BaseException, ident: dict, what: str) -> dict:
+def error_record(exc: BaseException, ident: dict[str, Any], what: str) -> dict[str, Any]:
     frames = exc.__traceback__
     if frames is not None and frames.tb_frame.f_code is run.__code__ and frames.tb_next is not None:
         frames = frames.tb_next  # the runner's own frame is noise: start at the function's
@@ -209,7 +215,7 @@ def error_record(exc: BaseException, ident: dict, what: str) -> dict:
             "function": what, "type": name, "message": str(exc)[:2000], "traceback": tb}
 
 
-def report_error(record: dict, kind: str, errors_dir: str | None) -> None:
+def report_error(record: dict[str, Any], kind: str, errors_dir: str | None) -> None:
     """Into this host's log (one line, one write), the error records directory, and the failure file."""
     line = dict(record)
     tb = line["traceback"]
@@ -270,7 +276,7 @@ def _relocate(path: str) -> str:
 
 
 def run(payload_dir: str, kind: str, results_dir: str | None) -> int:
-    ident: dict = {"rank": None, "host": socket.gethostname()}
+    ident: dict[str, Any] = {"rank": None, "host": socket.gethostname()}
     what = "the function"
     errors_dir = None
     try:
@@ -281,6 +287,8 @@ def run(payload_dir: str, kind: str, results_dir: str | None) -> int:
             data_dir = os.environ.get("SM_OUTPUT_DATA_DIR") or os.path.join(_base_dir(), "output", "data")
             errors_dir = os.path.join(data_dir, RESULT_DIR, "errors")
         else:
+            if results_dir is None:  # a TypeError from os.path.join before, which named neither
+                raise ValueError("--smdist-results DIR is required with --smdist-kind processing")
             errors_dir = os.path.join(results_dir, "errors")
             install_requirements(payload_dir)
         function, args, kwargs = load_function(payload_dir, payload)
@@ -290,6 +298,7 @@ def run(payload_dir: str, kind: str, results_dir: str | None) -> int:
         value = function(*args, **kwargs)
         limit = int(payload.get("max_result_bytes") or 1048576)
         if kind == "processing":
+            assert results_dir is not None  # checked above, before the function ran
             where = write_processing_result(encode_result(value, limit, what), ident, results_dir)
             print(f"smdist: {what} returned on {ident['host']}; result written to {where}", flush=True)
         elif ident["rank"] == 0:
@@ -321,7 +330,7 @@ def main(argv: list[str] | None = None, payload_dir: str | None = None) -> int:
 
 
 # -- a helper for the function: gather JSON values on global rank 0 ----------------------------------------
-def gather(value, *, port: int | None = None, timeout: float = 600.0):
+def gather(value: Any, *, port: int | None = None, timeout: float = 600.0) -> list[Any] | None:
     """Send ``value`` (JSON) from every rank to global rank 0. Returns the list of every rank's value, in rank
     order, on rank 0, and None elsewhere. Plain TCP on the master's address (the first host), so it needs
     no framework; ``port`` defaults to ``SMDIST_GATHER_PORT`` or 29400."""

@@ -98,3 +98,20 @@ def test_a_failure_is_placed_on_the_ranks_own_host_and_on_the_log_stream_without
     rankless = line({"rank": None, "host": "ip-10-0-1-17"}, ValueError("no resource config"))
     error = first_failure(error_records([LogEvent(1.0, "algo-2", rankless)]), "job", "training")
     assert error.host == "algo-2" and "rank None on algo-2" in str(error)
+
+
+def test_a_processing_run_without_a_results_directory_fails_saying_so(tmp_path, monkeypatch, capfd):
+    """The runner of a processing job needs --smdist-results: without it the failure names the flag (it was a
+    TypeError from os.path.join before, which mypy --strict found)."""
+    import json
+
+    from airflow_smdist.runtime.function import FORMAT, PAYLOAD_JSON, run
+
+    for name in ("SM_OUTPUT_FAILURE", "SM_HOSTS", "SM_CHANNEL_TRAIN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(tmp_path))
+    (tmp_path / PAYLOAD_JSON).write_text(json.dumps({"format": FORMAT, "function": "f"}))
+    assert run(str(tmp_path), "processing", None) == 1
+    message = (tmp_path / "output" / "message").read_text()
+    assert message.startswith("ValueError: --smdist-results DIR is required with --smdist-kind processing")
+    assert "--smdist-results" in capfd.readouterr().err

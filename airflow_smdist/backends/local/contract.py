@@ -46,7 +46,7 @@ class Host:
 @dataclass
 class Cluster:
     hosts: list[Host]
-    groups: list[dict] = field(default_factory=list)  # [{instance_group_name, instance_type, hosts}]
+    groups: list[dict[str, Any]] = field(default_factory=list)  # [{instance_group_name, instance_type, hosts}]
     is_hetero: bool = False
     interface: str = "lo"  # resourceconfig's network_interface_name: eth0 in a namespace
 
@@ -61,7 +61,7 @@ class Cluster:
     def by_name(self, name: str) -> Host:
         return next(h for h in self.hosts if h.name == name)
 
-    def distribution_hosts(self, extra: dict) -> list[str]:
+    def distribution_hosts(self, extra: dict[str, Any]) -> list[str]:
         """The hosts of ``sagemaker_distribution_instance_groups`` (all groups when unset), in SM_HOSTS order."""
         groups = extra.get("sagemaker_distribution_instance_groups") or [g["instance_group_name"] for g in self.groups]
         return [n for n in self.names if self.by_name(n).group in groups]
@@ -74,7 +74,7 @@ class Cluster:
 MAX_HOSTS = 253  # host N has address <subnet>.N (127.A.B.N in the fallback): .1 to .253
 
 
-def make_cluster(resource_config: dict, block: tuple[int, int], subnet: str | None = None) -> Cluster:
+def make_cluster(resource_config: dict[str, Any], block: tuple[int, int], subnet: str | None = None) -> Cluster:
     """The job's hosts: named ``algo-N`` at ``<subnet>.N`` when ``subnet`` (a /24's network address, the
     namespace mode) is given, else named by their loopback address 127.A.B.N."""
     a, b = block
@@ -83,7 +83,7 @@ def make_cluster(resource_config: dict, block: tuple[int, int], subnet: str | No
         {"InstanceGroupName": "homogeneousCluster", "InstanceType": resource_config["InstanceType"],
          "InstanceCount": resource_config["InstanceCount"]}]
     hosts: list[Host] = []
-    groups: list[dict] = []
+    groups: list[dict[str, Any]] = []
     for g in groups_in:
         members = []
         for _ in range(int(g["InstanceCount"])):
@@ -116,7 +116,7 @@ def etc_hosts(cluster: Cluster) -> str:
     return "\n".join(lines) + "\n"
 
 
-def resource_config_json(cluster: Cluster, host: Host) -> dict:
+def resource_config_json(cluster: Cluster, host: Host) -> dict[str, Any]:
     """resourceconfig.json of ``host``: the documented fields plus the ones TTK reads (both group keys)."""
     return {
         "current_host": host.name,
@@ -129,7 +129,7 @@ def resource_config_json(cluster: Cluster, host: Host) -> dict:
     }
 
 
-def input_data_config_json(request: dict, channel_names: list[str] | None = None) -> dict:
+def input_data_config_json(request: dict[str, Any], channel_names: list[str] | None = None) -> dict[str, Any]:
     default_mode = request["AlgorithmSpecification"].get("TrainingInputMode", "File")
     out = {}
     for ch in request.get("InputDataConfig", []):
@@ -164,7 +164,7 @@ class HostPaths:
         return os.path.join(self.base, *parts)
 
 
-def launcher_of(fixed_and_extra: dict) -> str:
+def launcher_of(fixed_and_extra: dict[str, Any]) -> str:
     """Which runner the PyTorch training toolkit picks, in its order (contracts §1.6)."""
     hp = fixed_and_extra
     if hp.get("sagemaker_mpi_enabled"):
@@ -184,7 +184,7 @@ def launcher_of(fixed_and_extra: dict) -> str:
     return "process"
 
 
-def distribution_instance_groups(extra: dict, host: Host) -> list[str]:
+def distribution_instance_groups(extra: dict[str, Any], host: Host) -> list[str]:
     """SM_DISTRIBUTION_INSTANCE_GROUPS as TTK computes it for ``host``: ``sagemaker_distribution_instance_groups``
     when given, else the host's own group when a distribution is enabled, else none
     (``get_distribution_instance_groups_from_resource_config``)."""
@@ -193,7 +193,7 @@ def distribution_instance_groups(extra: dict, host: Host) -> list[str]:
     return [host.group] if any(extra.get(flag, False) for flag in DISTRIBUTION_FLAGS) else []
 
 
-def processes_per_host(extra: dict, num_gpus: int) -> int:
+def processes_per_host(extra: dict[str, Any], num_gpus: int) -> int:
     """``sagemaker_mpi_num_of_processes_per_host`` or SM_NUM_GPUS or 1, as the containers decide."""
     n = extra.get("sagemaker_mpi_num_of_processes_per_host")
     if n:
@@ -201,7 +201,7 @@ def processes_per_host(extra: dict, num_gpus: int) -> int:
     return num_gpus or 1
 
 
-def requested_num_cpus(request: dict) -> int | None:
+def requested_num_cpus(request: dict[str, Any]) -> int | None:
     """``SM_NUM_CPUS`` as the request's Environment sets it (then it is the job's value everywhere: the variable,
     ``SM_TRAINING_ENV``'s num_cpus, ``OMP_NUM_THREADS`` unless that is set too), else None."""
     value = (request.get("Environment") or {}).get("SM_NUM_CPUS")
@@ -216,7 +216,7 @@ def requested_num_cpus(request: dict) -> int | None:
     return n
 
 
-def host_environment(*, request: dict, cluster: Cluster, host: Host, paths: HostPaths, channels: list[str],
+def host_environment(*, request: dict[str, Any], cluster: Cluster, host: Host, paths: HostPaths, channels: list[str],
                      num_cpus: int, num_gpus: int = 0, master_port: int = MASTER_PORT,
                      region: str = "us-east-1", account: str = "000000000000") -> dict[str, str]:
     """Every variable the platform, TTK and the PyTorch container set for a script (contracts §1.5)."""
@@ -368,7 +368,7 @@ def host_command(*, launcher: str, entry: str, args: list[str], code_dir_outside
 MWMS_PORT = 8890
 
 
-def tf_config(workers: list[str], host: str, port: int = MWMS_PORT) -> dict:
+def tf_config(workers: list[str], host: str, port: int = MWMS_PORT) -> dict[str, Any]:
     """TF_CONFIG of the TensorFlow container for multi_worker_mirrored_strategy: every host of the distribution
     instance groups a worker, whatever their number (sagemaker-tensorflow-training-toolkit's ``train`` and
     ``_build_tf_config_for_mwms``; hosts of other groups get none)."""

@@ -41,7 +41,7 @@ def says_disk_full(output: str) -> bool:
     return bool(_FULL_TEXT.search(output or ""))
 
 
-def make_reserve(job_dir: str | os.PathLike, size: int = RESERVE_BYTES) -> Path:
+def make_reserve(job_dir: str | os.PathLike[str], size: int = RESERVE_BYTES) -> Path:
     """The reserve file of ``job_dir``, its blocks allocated (written, not sparse: a sparse file frees nothing;
     a file system that allocates late still counts written blocks as used at once)."""
     path = Path(job_dir) / RESERVE_NAME
@@ -59,7 +59,7 @@ def make_reserve(job_dir: str | os.PathLike, size: int = RESERVE_BYTES) -> Path:
     return path
 
 
-def release_reserve(job_dir: str | os.PathLike) -> bool:
+def release_reserve(job_dir: str | os.PathLike[str]) -> bool:
     """Delete the reserve of ``job_dir``; whether there was one to free."""
     try:
         os.unlink(Path(job_dir) / RESERVE_NAME)
@@ -73,7 +73,7 @@ def _unescape(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
-def file_system(path: str | os.PathLike) -> tuple[str, str]:
+def file_system(path: str | os.PathLike[str]) -> tuple[str, str]:
     """(mount point, file system type) of the mount that holds ``path`` ("?" for the type where
     /proc/self/mountinfo cannot be read)."""
     target = os.path.realpath(path)
@@ -95,13 +95,13 @@ def file_system(path: str | os.PathLike) -> tuple[str, str]:
     return best, kind
 
 
-def usage(path: str | os.PathLike) -> tuple[int, int]:
+def usage(path: str | os.PathLike[str]) -> tuple[int, int]:
     """(bytes free to this user, bytes in all) of the file system that holds ``path``."""
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
 
 
-def looks_full(path: str | os.PathLike) -> bool:
+def looks_full(path: str | os.PathLike[str]) -> bool:
     """Whether the file system of ``path`` has less than :data:`LOW_SPACE_BYTES` free (False where unknown)."""
     try:
         return usage(path)[0] < LOW_SPACE_BYTES
@@ -114,7 +114,7 @@ def _size(st: os.stat_result) -> int:
     return st.st_blocks * 512 if getattr(st, "st_blocks", None) is not None else st.st_size
 
 
-def biggest_entries(root: str | os.PathLike, n: int = 3, *, max_entries: int = WALK_MAX_ENTRIES,
+def biggest_entries(root: str | os.PathLike[str], n: int = 3, *, max_entries: int = WALK_MAX_ENTRIES,
                     max_seconds: float = WALK_MAX_SECONDS) -> list[tuple[str, int]]:
     """The ``n`` biggest files under ``root`` (path, bytes on disk), biggest first, jobs' reserves left out;
     links are not followed and other mounts not entered. Bounded: a walk that would take longer looks at what it saw by then."""
@@ -159,7 +159,7 @@ def human(size: int) -> str:
     return f"{size} B"
 
 
-def describe_disk(path: str | os.PathLike) -> str:
+def describe_disk(path: str | os.PathLike[str]) -> str:
     """``<path> (<fs type>, N MiB free of M MiB)``."""
     _mount, kind = file_system(path)
     try:
@@ -169,14 +169,14 @@ def describe_disk(path: str | os.PathLike) -> str:
     return f"{path} ({kind}, {free // MIB} MiB free of {total // MIB} MiB)"
 
 
-def full_statement(path: str | os.PathLike, what: str = "the job root") -> str:
+def full_statement(path: str | os.PathLike[str], what: str = "the job root") -> str:
     """``No space left on device: <what> <path> (<fs>, N MiB free of M MiB) is full; the biggest entries: ...``"""
     biggest = biggest_entries(path)
     entries = "; the biggest entries: " + ", ".join(f"{p} ({human(s)})" for p, s in biggest) if biggest else ""
     return f"No space left on device: {what} {describe_disk(path)} is full{entries}."
 
 
-def full_message(path: str | os.PathLike, what: str = "the job root", setting: str = JOB_ROOT_SETTING) -> str:
+def full_message(path: str | os.PathLike[str], what: str = "the job root", setting: str = JOB_ROOT_SETTING) -> str:
     """The reason of a failure for want of space at ``path``: which disk, how full, its biggest entries, the fix."""
     return f"{full_statement(path, what)} Fix: free space or set {what} elsewhere ({setting})."
 

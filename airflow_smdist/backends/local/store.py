@@ -25,6 +25,7 @@ reclaims one whose creator is dead.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import ctypes
 import errno
@@ -100,7 +101,7 @@ def read_jsonl(path: Path, offset: int = 0) -> tuple[list[Any], int]:
     return records, offset + len(complete)
 
 
-def this_process() -> dict:
+def this_process() -> dict[str, Any]:
     """This process as :func:`owner_alive` reads an owner: ``{"pid": ..., "create_time": ...}`` (psutil's)."""
     import psutil
 
@@ -108,14 +109,14 @@ def this_process() -> dict:
     return {"pid": me.pid, "create_time": me.create_time()}
 
 
-def owner_alive(owner: dict) -> bool:
+def owner_alive(owner: dict[str, Any]) -> bool:
     """Whether the process recorded as ``{"pid": ..., "create_time": ...}`` (psutil's) still runs: the same
     process, not a later one given its pid, and not a zombie."""
     import psutil
 
     try:
         proc = psutil.Process(owner["pid"])
-        return abs(proc.create_time() - owner["create_time"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(abs(proc.create_time() - owner["create_time"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE)
     except (psutil.NoSuchProcess, KeyError, TypeError):
         return False
 
@@ -230,7 +231,7 @@ def await_placement(job_dir: Path, *, poll: float = 0.02) -> bool:
 
 
 class JobStore:
-    def __init__(self, root: str | os.PathLike | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root) if root else default_root()
 
     def job_dir(self, kind: str, name: str) -> Path:
@@ -274,15 +275,15 @@ class JobStore:
     def exists(self, kind: str, name: str) -> bool:
         return (self.job_dir(kind, name) / "request.json").exists()
 
-    def request(self, kind: str, name: str) -> dict:
-        req = read_json(self.job_dir(kind, name) / "request.json")
+    def request(self, kind: str, name: str) -> dict[str, Any]:
+        req: dict[str, Any] | None = read_json(self.job_dir(kind, name) / "request.json")
         if req is None:
             raise JobNotFound(kind, name)
         return req
 
-    def state(self, kind: str, name: str) -> dict:
+    def state(self, kind: str, name: str) -> dict[str, Any]:
         d = self.job_dir(kind, name)
-        st = read_json(d / "state.json")
+        st: dict[str, Any] | None = read_json(d / "state.json")
         if st is None:
             raise JobNotFound(kind, name)
         return st
@@ -328,7 +329,7 @@ class JobStore:
         st = read_json(self.root / kind / name / "state.json", {}) or {}
         return not st or st.get("status") in TERMINAL_STATES
 
-    def release_block(self, job_key: str, block: tuple[int, int] | list[int] | None = None) -> None:
+    def release_block(self, job_key: str, block: tuple[int, int] | builtins.list[int] | None = None) -> None:
         """Free the blocks of ``job_key`` (only ``block`` when given: two submitters of one name each hold
         one until the name is settled)."""
         path = self.root / "addresses.json"

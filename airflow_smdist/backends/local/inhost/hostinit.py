@@ -32,6 +32,11 @@ import signal
 import sys
 import time
 
+TYPE_CHECKING = False  # typing's own, without importing typing in every host's init (mypy reads it so)
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any
+
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_CAPBSET_DROP = 24
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
@@ -42,7 +47,8 @@ _SYS_MOUNT_SETATTR, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, 0x8000, 1
 #: the capabilities a host's processes keep: Docker's default set, which SageMaker's containers run with (no
 #: CAP_SYS_ADMIN, so no mount, no remount of what is read-only; no CAP_DAC_READ_SEARCH, so no open_by_handle_at
 #: escape; no CAP_SYS_PTRACE, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_NET_ADMIN, ...)
-_KEPT_CAPS = (0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31)  # CHOWN ... SETFCAP, as Docker lists them
+#: (CHOWN ... SETFCAP, as Docker lists them; _pivot drops SYS_CHROOT, 18, where it falls back to chroot)
+_KEPT_CAPS: tuple[int, ...] = (0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31)
 _LAST_CAP = 63
 #: a container's view of the machine: these, read-only; everything else of the worker is absent
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -188,7 +194,7 @@ def drop_capabilities() -> None:
             _fail(f"prctl(PR_CAPBSET_DROP, {cap})")
 
 
-def setup_namespace(spec: dict) -> None:
+def setup_namespace(spec: dict[str, Any]) -> None:
     """A new root for the host, as a container's: the machine's system directories and what the job needs of
     the worker (``ro``: its runtime, the interpreter, the provider's in-job code, the job's own files) read-only;
     its directory on ``/opt/ml``, ``rw`` paths (the job's layer) and a private root file system (``/tmp``,
@@ -300,9 +306,9 @@ def main() -> None:
     import subprocess  # while the supervisor plugs the host in: not before the host is ready
 
     wait_for_go(lifeline)
-    terminated = []
+    terminated: list[int] = []
 
-    def forward(signum, _frame):
+    def forward(signum: int, _frame: FrameType | None) -> None:
         terminated.append(signum)
         signal_all(signum)
 

@@ -19,10 +19,15 @@ import sys
 import threading
 import time
 
+TYPE_CHECKING = False  # typing's own, without importing typing at run time (mypy reads it so)
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import IO
+
 _out_lock = threading.Lock()
 
 
-def _forward(stream) -> None:
+def _forward(stream: IO[bytes]) -> None:
     """Copy one rank's output line by line (as mpirun does), so ranks never interleave mid-line."""
     out = sys.stdout.buffer
     for line in iter(stream.readline, b""):
@@ -41,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cmd = args.command[1:] if args.command and args.command[0] == "--" else args.command
     world = args.np * args.nodes
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     for local in range(args.np):
         rank = args.node_rank * args.np + local
         env = dict(os.environ)
@@ -56,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=_forward, args=(proc.stdout,), daemon=True).start()
         procs.append(proc)
 
-    def forward(signum, _frame):
+    def forward(signum: int, _frame: FrameType | None) -> None:
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
