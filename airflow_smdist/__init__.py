@@ -52,7 +52,8 @@ CONNECTION_FIELDS: dict[str, Any] = {
                        "random:SEED:N. Only jobs with EnableManagedSpotTraining; the request is unchanged. Empty: "
                        "SMDIST_LOCAL_SPOT_INTERRUPTIONS, else none.",
         "schema": {"type": ["string", "null"],
-                   "pattern": "^$|^\\s*([0-9]+(\\.[0-9]+)?\\s*(,\\s*[0-9]+(\\.[0-9]+)?\\s*)*|random:[0-9]+:[0-9]+(:[0-9.]+)?)$"},
+                   "pattern": "^$|^\\s*([0-9]+(\\.[0-9]+)?\\s*(,\\s*[0-9]+(\\.[0-9]+)?\\s*)*"
+                              "|random:[0-9]+:[0-9]+(:[0-9.]+)?)$"},
     },
     "local_instance_failures": {
         "label": "Rehearsed instance failures (local backend)",
@@ -60,7 +61,8 @@ CONNECTION_FIELDS: dict[str, Any] = {
                        "RetryStrategy says): the same syntax as the spot interruptions. Empty: "
                        "SMDIST_LOCAL_INSTANCE_FAILURES, else none.",
         "schema": {"type": ["string", "null"],
-                   "pattern": "^$|^\\s*([0-9]+(\\.[0-9]+)?\\s*(,\\s*[0-9]+(\\.[0-9]+)?\\s*)*|random:[0-9]+:[0-9]+(:[0-9.]+)?)$"},
+                   "pattern": "^$|^\\s*([0-9]+(\\.[0-9]+)?\\s*(,\\s*[0-9]+(\\.[0-9]+)?\\s*)*"
+                              "|random:[0-9]+:[0-9]+(:[0-9.]+)?)$"},
     },
     "s3_endpoint_url": {
         "label": "S3 endpoint URL (local backend)",

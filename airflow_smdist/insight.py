@@ -430,12 +430,14 @@ def interruption_findings(description: dict[str, Any], lost: list[dict], clashes
         if item["from_start"]:
             text += "; it restarted from the beginning: the script restored no checkpoint"
         if item["hosts_differ"]:
-            text += "; the hosts resumed from different points (" + ", ".join(
-                f"{h} {v:g}" for h, v in sorted(item["hosts"].items())) + "): not every host restored the same checkpoint"
+            text += ("; the hosts resumed from different points ("
+                     + ", ".join(f"{h} {v:g}" for h, v in sorted(item["hosts"].items()))
+                     + "): not every host restored the same checkpoint")
         out.append(text + ".")
     for key, hosts in sorted(clashes.items())[:5]:
         out.append(f"checkpoint {key} written by {', '.join(hosts)}: one CheckpointConfig.S3Uri serves every host, so "
-                   "they overwrite the same checkpoint key; checkpoint from one host (rank 0) or use host-unique names.")
+                   "they overwrite the same checkpoint key; "
+                   "checkpoint from one host (rank 0) or use host-unique names.")
     return out
 
 

@@ -112,7 +112,8 @@ class Owner:
     @classmethod
     def of(cls, context: Any, retries: int = 0) -> Owner:
         ti = context["ti"]
-        full = f"{ti.dag_id}/{ti.task_id}/{context.get('run_id') or getattr(ti, 'run_id', '')}/{getattr(ti, 'map_index', -1)}"
+        full = (f"{ti.dag_id}/{ti.task_id}/{context.get('run_id') or getattr(ti, 'run_id', '')}/"
+                f"{getattr(ti, 'map_index', -1)}")
         identity = _TAG_VALUE.sub("_", full)
         if len(identity) > 256:  # SageMaker's tag value limit: keep it readable and unique
             identity = identity[:200] + "#" + hashlib.sha1(full.encode()).hexdigest()[:16]
@@ -563,12 +564,13 @@ class JobLifecycle:
 
 class CoalescedRounds:
     """:meth:`JobLifecycle.wait_all`'s rounds over several jobs on a backend whose capabilities say
-    ``coalesced_waits`` (SageMaker), read from its ``status_source()``: per round one ``List*Jobs`` call for the changes since the last one and one log round (one
-    ``FilterLogEvents`` for every job's streams), where polling each job would make a Describe and its own log
-    calls. A job is described once, when its summary says it has ended (its FailureReason, metrics and
-    artifacts are not in the summary). The blocking twin of the triggers' ``CoalescedPoller`` and
-    ``CoalescedLogPoller``, with the same source (so the same throttling backoff). A List call that fails
-    for another reason than throttling (a role without ``sagemaker:List*Jobs``) falls back to polling each job."""
+    ``coalesced_waits`` (SageMaker), read from its ``status_source()``: per round one ``List*Jobs`` call for
+    the changes since the last one and one log round (one ``FilterLogEvents`` for every job's streams), where
+    polling each job would make a Describe and its own log calls. A job is described once, when its summary
+    says it has ended (its FailureReason, metrics and artifacts are not in the summary). The blocking twin of
+    the triggers' ``CoalescedPoller`` and ``CoalescedLogPoller``, with the same source (so the same throttling
+    backoff). A List call that fails for another reason than throttling (a role without ``sagemaker:List*Jobs``)
+    falls back to polling each job."""
 
     def __init__(self, lifecycle: JobLifecycle, source: StatusSource) -> None:
         self.lc = lifecycle

@@ -41,7 +41,8 @@ def _file_object(path: str) -> StoredObject:
 def parse_uri(uri: str, field: str = "uri") -> tuple[str, str, str]:
     """``s3://bucket/key`` -> ("s3", bucket, key); ``file:///abs/path`` -> ("file", "", "/abs/path")."""
     if not isinstance(uri, str) or "://" not in uri:
-        raise SpecError(field, f"{uri!r} is not a URI.", "use s3://bucket/prefix (or file:///abs/path on the local backend).")
+        raise SpecError(field, f"{uri!r} is not a URI.",
+                        "use s3://bucket/prefix (or file:///abs/path on the local backend).")
     scheme, rest = uri.split("://", 1)
     if scheme == "s3":
         bucket, _, key = rest.partition("/")
@@ -53,7 +54,8 @@ def parse_uri(uri: str, field: str = "uri") -> tuple[str, str, str]:
         if not path.startswith("/"):
             raise SpecError(field, f"{uri!r} is not an absolute file:// URI.", "use file:///absolute/path.")
         return "file", "", path
-    raise SpecError(field, f"scheme {scheme!r} of {uri!r} is not supported.", "use s3:// (or file:// on the local backend).")
+    raise SpecError(field, f"scheme {scheme!r} of {uri!r} is not supported.",
+                    "use s3:// (or file:// on the local backend).")
 
 
 def join_uri(base: str, *parts: str) -> str:
@@ -69,11 +71,13 @@ def safe_join(root: str | os.PathLike, relative: str) -> Path:
     if rel.is_absolute() or relative.startswith("/"):
         raise SpecError("key", f"{relative!r} is an absolute key.", "object keys must be relative to their prefix.")
     if any(part == ".." for part in rel.parts):
-        raise SpecError("key", f"{relative!r} contains '..'.", "rename the object: keys with '..' could write outside the destination.")
+        raise SpecError("key", f"{relative!r} contains '..'.",
+                        "rename the object: keys with '..' could write outside the destination.")
     root_path = Path(root).resolve()
     target = (root_path / Path(*rel.parts)) if rel.parts else root_path
     if root_path != target.resolve() and root_path not in target.resolve().parents:
-        raise SpecError("key", f"{relative!r} resolves outside {root_path}.", "remove symbolic links from the destination.")
+        raise SpecError("key", f"{relative!r} resolves outside {root_path}.",
+                        "remove symbolic links from the destination.")
     return target
 
 
@@ -256,7 +260,8 @@ class Storage:
         else:
             self.s3.put_object(Bucket=bucket, Key=key, Body=data)
 
-    def download_prefix(self, prefix_uri: str, dest: str | os.PathLike, objects: list[StoredObject] | None = None) -> list[Path]:
+    def download_prefix(self, prefix_uri: str, dest: str | os.PathLike,
+                        objects: list[StoredObject] | None = None) -> list[Path]:
         """Download the objects under ``prefix_uri`` into ``dest`` keeping their paths relative to the prefix.
 
         ``objects`` restricts it to a subset (a shard). Keys are checked with :func:`safe_join`."""

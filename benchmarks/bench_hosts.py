@@ -133,8 +133,9 @@ def main() -> None:
         if mpi.missing() is None:
             job = min(run_job(tmp, mpi_src, "allreduce.py", {"mpi": {"enabled": True, "processes_per_host": 2}})
                       for _ in range(args.jobs))
-            ref = min(direct([mpi.mpirun_path(), "--allow-run-as-root", "--host", "localhost:4", "-np", "4", "--bind-to", "none",
-                              sys.executable, "-m", "mpi4py", "allreduce.py"], mpi_src) for _ in range(args.jobs))
+            ref = min(direct([mpi.mpirun_path(), "--allow-run-as-root", "--host", "localhost:4", "-np", "4",
+                              "--bind-to", "none", sys.executable, "-m", "mpi4py", "allreduce.py"], mpi_src)
+                      for _ in range(args.jobs))
             print(f"mpi4py allreduce 2x2: local job {job:.2f} s, mpirun directly {ref:.2f} s, ratio {job / ref:.2f}x")
         else:
             print(f"MPI skipped: {mpi.missing()}")

@@ -164,8 +164,8 @@ def main() -> None:
     state = json.loads((LocalBackend().job_dir("training", last_job) / "state.json").read_text())
     phases = [(t["status"], round((t.get("end") or t["start"]) - t["start"], 3)) for t in state["transitions"]]
     report("Local job fixed cost: 1-host training job through the operator vs the script run directly", rows,
-           note=f"median and fastest of {repeats}, interleaved; default poll_interval (10 s). {load_note()} Phases of the last "
-                f"local job (secondary status, seconds): {phases}. Runs: "
+           note=f"median and fastest of {repeats}, interleaved; default poll_interval (10 s). {load_note()} "
+                f"Phases of the last local job (secondary status, seconds): {phases}. Runs: "
                 + json.dumps({f"{k[0]}/{k[1]}": [round(x, 2) for x in v] for k, v in times.items()}))
 
 

@@ -246,11 +246,14 @@ def main() -> None:
             (f"N={n}: API calls per interval, smdist trigger (logs on)", f"{s['calls_per_interval']:.1f}",
              f"{s['calls_per_interval'] / a['calls_per_interval']:.4f}"),
             (f"N={n}: API calls per job lifetime, Amazon / smdist", (f"{a['calls_per_job_lifetime']:.2f} / "
-                                                                f"{s['calls_per_job_lifetime']:.3f}"), f"{s['calls_per_job_lifetime'] / a['calls_per_job_lifetime']:.3f}"),
+                                                                f"{s['calls_per_job_lifetime']:.3f}"),
+             f"{s['calls_per_job_lifetime'] / a['calls_per_job_lifetime']:.3f}"),
             (f"N={n}: triggerer CPU s per interval, Amazon / smdist", (f"{a['cpu_per_interval']:.3f} / "
-                                                                  f"{s['cpu_per_interval']:.4f}"), f"{s['cpu_per_interval'] / max(a['cpu_per_interval'], 1e-9):.4f}"),
+                                                                  f"{s['cpu_per_interval']:.4f}"),
+             f"{s['cpu_per_interval'] / max(a['cpu_per_interval'], 1e-9):.4f}"),
             (f"N={n}: RSS added by the triggers, Amazon / smdist", (f"{a['rss_added_mib']:.0f} / "
-                                                                f"{s['rss_added_mib']:.0f} MiB"), f"{s['rss_added_mib'] / max(a['rss_added_mib'], 1e-9):.3f}"),
+                                                                f"{s['rss_added_mib']:.0f} MiB"),
+             f"{s['rss_added_mib'] / max(a['rss_added_mib'], 1e-9):.3f}"),
         ]
     report("Deferred waiting on N jobs: Amazon provider's SageMakerTrigger vs the smdist trigger (moto server)",
            rows, note=f"poll interval {interval:g} s, {intervals} steady intervals; one process and one moto server "
@@ -292,7 +295,8 @@ def report_one(variant: str, ns: list[int], results: dict, interval: float, inte
         ]
     report(f"Deferred waiting on N jobs: the {variant} trigger alone, growth with N (baseline: N={ns[0]})", rows,
            note=f"poll interval {interval:g} s, {intervals} steady intervals; one process and one moto server per "
-                f"run. {load_before} {lifetime(intervals, provisioning)}. Raw: " + json.dumps({f"{k[0]}/{k[1]}": v for k, v in results.items()}))
+                f"run. {load_before} {lifetime(intervals, provisioning)}. Raw: "
+                + json.dumps({f"{k[0]}/{k[1]}": v for k, v in results.items()}))
 
 
 if __name__ == "__main__":

@@ -53,7 +53,8 @@ def generate(raw: str, rows: int, files: int) -> None:
                 charges, calls = round(rng.uniform(10, 120), 2), rng.randint(0, 9)
                 plan = rng.choice(("basic", "standard", "premium"))
                 z = -1.5 + 0.35 * calls - 0.04 * tenure + 0.01 * (charges - 60) + (0.6 if plan == "basic" else 0.0)
-                f.write(f"{part}-{i},{age},{tenure},{charges},{calls},{plan},{int(rng.random() < 1 / (1 + math.exp(-z)))}\n")
+                f.write(f"{part}-{i},{age},{tenure},{charges},{calls},{plan},"
+                        f"{int(rng.random() < 1 / (1 + math.exp(-z)))}\n")
 
 
 def split_rows(directory: str) -> int:

@@ -5,8 +5,9 @@ importing the SDK) for reference.
 
 Each sample is a new process that has imported ``airflow.sdk`` already (a task runner has), then times from
 building the operator to ``CreateTrainingJob`` answered: request building and validation, the image lookup,
-the source upload to S3, the Describe that finds no earlier job, the Create (timed when CreateTrainingJob has answered). Variants are sampled
-round-robin; medians are reported. Usage: python benchmarks/bench_submit_latency.py [repeats]
+the source upload to S3, the Describe that finds no earlier job, the Create (timed when CreateTrainingJob has
+answered). Variants are sampled round-robin; medians are reported.
+Usage: python benchmarks/bench_submit_latency.py [repeats]
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ def best_of(d: dict, trials: int) -> tuple[float, float]:
                          f"{d['TrainingJobStatusCounters']} {d.get('FailureReason', '')}")
     best = d["BestTrainingJob"]
     hp = best["TunedHyperParameters"]
-    return true_f(float(hp["learning_rate"]), float(hp["momentum"])), best["FinalHyperParameterTuningJobObjectiveMetric"]["Value"]
+    return (true_f(float(hp["learning_rate"]), float(hp["momentum"])),
+            best["FinalHyperParameterTuningJobObjectiveMetric"]["Value"])
 
 
 def summary_rows(gaps: dict[str, list[float]], seen: dict[str, list[float]]) -> list[tuple[str, str, str]]:

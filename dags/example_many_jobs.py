@@ -96,7 +96,8 @@ with DAG(
         "growing_batch",
         stages=[{"batch_size": 32, "epochs": 1}, {"batch_size": 64, "epochs": 1}, {"batch_size": 128, "epochs": 1}],
         lr_scaling={"base_learning_rate": 0.01, "base_batch_size": 32, "warmup_epochs": 0},
-        checkpoint_s3_uri="{{ params.output_uri }}/checkpoints/growing/{{ run_id | replace(':', '-') | replace('+', '-') }}",
+        checkpoint_s3_uri="{{ params.output_uri }}/checkpoints/growing/"
+                          "{{ run_id | replace(':', '-') | replace('+', '-') }}",
         inputs={"train": {"s3_uri": "{{ params.data_uri }}/segment-0/", "distribution": "ShardedByS3Key"}},
         instance_count=2, distribution={"torch_distributed": {"enabled": True}}, **common)
 
@@ -107,7 +108,8 @@ with DAG(
         inputs={"train": "{{ params.data_uri }}/segment-0/"},
         output_path="{{ params.output_uri }}", role="{{ params.role }}", poll_interval=1,
         max_run="{{ params.link_max_run }}", max_links=10, deferrable="{{ params.deferrable }}",
-        checkpoint_s3_uri="{{ params.output_uri }}/checkpoints/chain/{{ run_id | replace(':', '-') | replace('+', '-') }}",
+        checkpoint_s3_uri="{{ params.output_uri }}/checkpoints/chain/"
+                          "{{ run_id | replace(':', '-') | replace('+', '-') }}",
         metric_definitions=[{"Name": "progress", "Regex": r"progress=([0-9.]+)"}],
     )
 

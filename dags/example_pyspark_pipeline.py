@@ -102,7 +102,8 @@ with DAG(
                 plan = rng.choice(("basic", "standard", "premium"))
                 z = -1.5 + 0.35 * calls - 0.04 * tenure + 0.01 * (charges - 60) + (0.6 if plan == "basic" else 0.0)
                 churned = int(rng.random() < 1 / (1 + math.exp(-z)))
-                lines.append(f"{part}-{i},{'' if rng.random() < 0.01 else age},{tenure},{charges},{calls},{plan},{churned}")
+                lines.append(f"{part}-{i},{'' if rng.random() < 0.01 else age},"
+                             f"{tenure},{charges},{calls},{plan},{churned}")
             written += len(lines) - 1
             storage.write_bytes(("\n".join(lines) + "\n").encode(), join_uri(prefix, f"part-{part:04d}.csv"))
         print(f"wrote {written} rows as {files} CSV object(s) under {prefix}")
@@ -165,7 +166,8 @@ with DAG(
         entry_point="inference.py", source_dir=SCRIPTS, role="{{ params.role }}",
         instance_type="{{ params.instance_type }}", instance_count=2,
         input_uri="{{ ti.xcom_pull(task_ids='preprocess')['outputs']['validation'] }}",
-        output_uri="{{ params.data_uri }}/scored/{{ run_id | replace(':', '-') | replace('+', '-') | replace('.', '-') }}",
+        output_uri="{{ params.data_uri }}/scored/"
+                   "{{ run_id | replace(':', '-') | replace('+', '-') | replace('.', '-') }}",
         content_type="text/csv", accept="text/csv", split_type="Line", batch_strategy="MultiRecord",
         assemble_with="Line", input_filter="$[1:]", join_source="Input", output_filter="$[0,-1]", poll_interval=2)
     train >> score

@@ -38,7 +38,8 @@ SKLEARN_IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-l
 
 with DAG(
     dag_id="smdist_tuning",
-    description="Hyperparameter tuning (Random, Bayesian, Hyperband, Grid) of gradient-boosted trees; scores with the best model",
+    description="Hyperparameter tuning (Random, Bayesian, Hyperband, Grid) of gradient-boosted trees; "
+                "scores with the best model",
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
@@ -136,7 +137,8 @@ with DAG(
         model_data="{{ ti.xcom_pull(task_ids='tune')['model_artifacts'] }}", image_uri="{{ params.image_uri }}",
         role="{{ params.role }}", instance_type="{{ params.instance_type }}", instance_count=2,
         input_uri="{{ ti.xcom_pull(task_ids='generate_data')['score_features'] }}",
-        output_uri="{{ params.output_uri }}/predictions/{{ run_id | replace(':', '-') | replace('+', '-') | replace('.', '-') }}",
+        output_uri="{{ params.output_uri }}/predictions/"
+                   "{{ run_id | replace(':', '-') | replace('+', '-') | replace('.', '-') }}",
         content_type="text/csv", accept="text/csv", split_type="Line", batch_strategy="MultiRecord",
         assemble_with="Line", poll_interval=2)
     tune >> score
@@ -168,7 +170,8 @@ with DAG(
               f"RMSE {rmse:.4f} (predicting the mean: {baseline:.4f})")
         if not rmse < baseline:
             raise RuntimeError(f"the best model (RMSE {rmse:.4f}) does not beat the mean ({baseline:.4f})")
-        return {"rmse": rmse, "baseline_rmse": baseline, "rows": int(len(labels)), "manifest": scored.get("manifest_uri"),
+        return {"rmse": rmse, "baseline_rmse": baseline, "rows": int(len(labels)),
+                "manifest": scored.get("manifest_uri"),
                 "model": result["model_artifacts"], "best_training_job": result["best_training_job"]}
 
     evaluate(tune.output, score.output, data)

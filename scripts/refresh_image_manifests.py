@@ -125,7 +125,8 @@ FAMILY_LEFT_OUT: dict[str, list[tuple[str, str, str]]] = {
                  "helpers, data loaders), not on PyPI",
                  "script mode: the project's stand-in for the package's import surface (distributed: rabit_run, "
                  "Rabit, wait_hostname_resolution; data_utils: get_dmatrix, get_content_type, ...; constants; "
-                 "sagemaker_algorithm_toolkit.exceptions), backends/local/inhost/xgbcontainer/, on the job's PYTHONPATH; "
+                 "sagemaker_algorithm_toolkit.exceptions), backends/local/inhost/xgbcontainer/, "
+                 "on the job's PYTHONPATH; "
                  "algorithm mode: the project's built-in XGBoost algorithm (backends/local/inhost/builtin_xgboost.py)"),
                 ("mlio", "built from source in the image (awslabs/ml-io), not on PyPI", "none")],
     "spark-processing": [("spark", "EMR's Spark and Hadoop RPMs (spark-core, spark-python, hadoop, emrfs), not "
@@ -166,11 +167,14 @@ FAMILIES: dict[str, dict] = {
         "repositories": ["sagemaker-xgboost"], "framework": "xgboost", "package": "xgboost",
         "versions": {
             "1.5": [{"source": "xgboost", "ref": "1.5-1", "path": "requirements.txt"},
-                    {"source": "xgboost", "ref": "1.5-1", "path": "docker/1.5-1/base/Dockerfile.cpu", "only": ["xgboost"], "conda_base": True}],
+                    {"source": "xgboost", "ref": "1.5-1", "path": "docker/1.5-1/base/Dockerfile.cpu",
+                     "only": ["xgboost"], "conda_base": True}],
             "1.7": [{"source": "xgboost", "ref": "1.7-1", "path": "requirements.txt"},
-                    {"source": "xgboost", "ref": "1.7-1", "path": "docker/1.7-1/base/Dockerfile.cpu", "only": ["xgboost"], "conda_base": True}],
+                    {"source": "xgboost", "ref": "1.7-1", "path": "docker/1.7-1/base/Dockerfile.cpu",
+                     "only": ["xgboost"], "conda_base": True}],
             "3.0": [{"source": "xgboost", "ref": "HEAD", "path": "requirements.txt"},
-                    {"source": "xgboost", "ref": "HEAD", "path": "docker/3.0-5/base/Dockerfile.cpu", "only": ["xgboost"], "conda_base": True}],
+                    {"source": "xgboost", "ref": "HEAD", "path": "docker/3.0-5/base/Dockerfile.cpu",
+                     "only": ["xgboost"], "conda_base": True}],
         }},
     "spark-processing": {
         "repositories": ["sagemaker-spark-processing"], "framework": "spark", "package": "pyspark",
@@ -273,7 +277,8 @@ def parse_pyproject(text: str) -> dict[str, str]:
     return out
 
 
-_INSTALLER = re.compile(r"(?:^|/)(?:pip3?|\$\{?PIP\}?)$|^python3?(?:\.[0-9]+)?$|^\$\{?PYTHON\}?$|(?:^|/)(?:mamba|conda)$|^uv$")
+_INSTALLER = re.compile(r"(?:^|/)(?:pip3?|\$\{?PIP\}?)$|^python3?(?:\.[0-9]+)?$|^\$\{?PYTHON\}?$"
+                        r"|(?:^|/)(?:mamba|conda)$|^uv$")
 _VALUE_FLAGS = {"-c", "--channel", "-i", "--index-url", "--extra-index-url", "--trusted-host", "-r", "--requirement",
                 "-t", "--target", "--python", "--prefix", "--solver", "-f", "--find-links", "--root"}
 

@@ -193,8 +193,9 @@ class Backend(Protocol):
         """Stop*Job: ask the job to stop (it then goes Stopping -> Stopped). No-op for a finished job."""
 
     def wait_for_change(self, kind: JobKind, names: str | list[str], timeout: float) -> None:
-        """Block until the state of the job ``names`` (or of any of several) may have changed, at most ``timeout`` seconds (sagemaker: sleeps the
-        poll interval; local: returns within a fraction of a second of a state change)."""
+        """Block until the state of the job ``names`` (or of any of several) may have changed, at most
+        ``timeout`` seconds (sagemaker: sleeps the poll interval; local: returns within a fraction of a second of
+        a state change)."""
 
     def log_events(
         self, kind: JobKind, name: str, cursor: Any = None

@@ -126,7 +126,8 @@ def list_statement(kinds: Sequence[str]) -> Statement:
     """List*Jobs of the kinds: SageMaker's List calls take no resource-level permissions."""
     permissions = tuple(
         _sagemaker(kind_info(k).list_op, "deferrable waits and waits for several jobs: one List call per "
-                   "interval for all of them (backends/sagemaker_async.py, lifecycle.py CoalescedRounds)") for k in kinds)
+                   "interval for all of them (backends/sagemaker_async.py, lifecycle.py CoalescedRounds)")
+        for k in kinds)
     return Statement("SmdistListJobs", "all", "any", permissions)
 
 

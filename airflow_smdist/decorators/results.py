@@ -184,7 +184,8 @@ def read_processing_results(storage, description: dict[str, Any], limit: int) ->
             data = storage.read_bytes(f"{prefix}/{name}.json")
         except Exception as exc:  # noqa: BLE001 - missing object: the storage layers raise different types
             raise SmdistNoResult(f"processing job {job} completed, but host {rank + 1} of {count} wrote no result "
-                                 f"under {prefix}/ ({type(exc).__name__}): the function did not return there.") from None
+                                 f"under {prefix}/ ({type(exc).__name__}): "
+                                 "the function did not return there.") from None
         if len(data) > limit:
             raise SmdistNoResult(f"host {rank + 1}'s result is {len(data)} bytes, above max_result_bytes={limit}.")
         _check_done(data, {"bytes": len(data), **done}, f"{prefix}/{name}.json")

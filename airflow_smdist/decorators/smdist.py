@@ -52,8 +52,8 @@ class SmdistTrainingDecoratedOperator(SmdistFunctionMixin, DecoratedOperator, Sa
     reserved_arguments = ("entry_point", "source_dir", "include_runtime")
     template_fields: Sequence[str] = tuple(dict.fromkeys(
         ("op_args", "op_kwargs", *SageMakerDistributedTrainingOperator.template_fields)))
-    template_fields_renderers: ClassVar[dict[str, str]] = {**SageMakerDistributedTrainingOperator.template_fields_renderers,
-                                 "op_args": "py", "op_kwargs": "py"}
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        **SageMakerDistributedTrainingOperator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
 
     def __init__(self, *, python_callable: Callable, op_args: Any = None, op_kwargs: Any = None,
                  requirements: Any = None, serializer: str = "json",

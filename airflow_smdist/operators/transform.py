@@ -335,9 +335,9 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
     kind = "transform"
     name_prefix = "smdist-batch"
     template_fields: Sequence[str] = (
-        "job_name", "backend", "deferrable", "input_uri", "output_uri", "fan_out", "model_name", "model_data", "image_uri",
-        "framework", "framework_version", "py_version", "entry_point", "source_dir", "model_environment", "role",
-        "instance_type", "instance_count", "shards", "shard", "environment", "s3_data_type", "tags",
+        "job_name", "backend", "deferrable", "input_uri", "output_uri", "fan_out", "model_name", "model_data",
+        "image_uri", "framework", "framework_version", "py_version", "entry_point", "source_dir", "model_environment",
+        "role", "instance_type", "instance_count", "shards", "shard", "environment", "s3_data_type", "tags",
         *RECORD_ARGS)
     template_fields_renderers = {"environment": "json", "model_environment": "json", "shard": "json"}
     operator_extra_links = (SageMakerBatchInferenceJobLink(), LocalJobPageLink())

@@ -146,7 +146,8 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
 
 # ---- trials of a tuning job, on either backend ------------------------------------------------------------------
 def list_training_jobs_for_tuning_job(backend, name: str, *, status_equals: str | None = None,
-                                      sort_by: str | None = None, sort_order: str | None = None) -> list[dict[str, Any]]:
+                                      sort_by: str | None = None,
+                                      sort_order: str | None = None) -> list[dict[str, Any]]:
     """Every HyperParameterTrainingJobSummary of tuning job ``name`` (ListTrainingJobsForHyperParameterTuningJob,
     all pages), on either backend: both implement the call. Throttling backs off as the lifecycle's calls do."""
     from airflow_smdist.lifecycle import call_with_backoff
@@ -190,7 +191,8 @@ def tuning_result(description: dict[str, Any], backend) -> dict[str, Any]:
     if description.get("OverallBestTrainingJob"):
         overall = description["OverallBestTrainingJob"]
         out["overall_best_training_job"] = overall.get("TrainingJobName")
-        out["overall_best_objective_value"] = (overall.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value")
+        out["overall_best_objective_value"] = (
+            overall.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value")
     if description.get("FailureReason"):
         out["failure_reason"] = description["FailureReason"]
     if best.get("TrainingJobName"):
@@ -217,7 +219,8 @@ def trial_rows(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({"number": i, "training_job": s["TrainingJobName"], "status": s["TrainingJobStatus"],
                      "objective": metric.get("Value"), "objective_status": s.get("ObjectiveStatus"),
                      "hyperparameters": _decoded(s.get("TunedHyperParameters")),
-                     "start_time": isoformat(s.get("TrainingStartTime")), "end_time": isoformat(s.get("TrainingEndTime")),
+                     "start_time": isoformat(s.get("TrainingStartTime")),
+                     "end_time": isoformat(s.get("TrainingEndTime")),
                      "failure_reason": s.get("FailureReason")})
     return rows
 
@@ -345,7 +348,8 @@ def write_results(backend, description: dict[str, Any], results_path: str | None
     storage.write_bytes(json.dumps(document, indent=1).encode(), results_uri)
     with tempfile.TemporaryDirectory(prefix="smdist-plot-") as tmp:
         png = os.path.join(tmp, "objective.png")
-        plot_objective(rows, metric=objective.get("MetricName", "objective"), maximize=objective.get("Type") == "Maximize",
+        plot_objective(rows, metric=objective.get("MetricName", "objective"),
+                       maximize=objective.get("Type") == "Maximize",
                        title=f"{name}: {cfg.get('Strategy')} search, {len(rows)} trials", path=png)
         storage.upload(png, plot_uri)
     return {"results_uri": results_uri, "plot_uri": plot_uri}

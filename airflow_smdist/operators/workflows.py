@@ -47,7 +47,8 @@ def growing_batch_training(group_id: str, *, stages: Sequence[dict], lr_scaling:
         for i, stage in enumerate(stages, 1):
             stage = dict(stage)
             if "batch_size" not in stage or "epochs" not in stage:
-                raise SpecError(f"stages[{i - 1}]", "needs batch_size and epochs.", "give {'batch_size': 64, 'epochs': 2}.")
+                raise SpecError(f"stages[{i - 1}]", "needs batch_size and epochs.",
+                                "give {'batch_size': 64, 'epochs': 2}.")
             batch, epochs = stage.pop("batch_size"), stage.pop("epochs")
             total += int(epochs)
             hps = {**(hyperparameters or {}), batch_size_hyperparameter: batch, epochs_hyperparameter: total}

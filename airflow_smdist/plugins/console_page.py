@@ -132,7 +132,8 @@ def _samples(backend: Any, kind: str, name: str) -> tuple[list[dict[str, Any]], 
     return points, read_utilization(job_dir)
 
 
-def _summary(backend: Any, kind: str, name: str, d: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+def _summary(backend: Any, kind: str, name: str,
+             d: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The insight summary (findings, metric curves) of the job's samples, and the samples (None: none yet)."""
     from airflow_smdist import insight
 

@@ -613,7 +613,8 @@ def _request(a: ProcessingArguments, *, job_name: str, image: str, entrypoint: l
     if network is not None:
         request["NetworkConfig"] = network
     if a.max_runtime_in_seconds is not None:
-        request["StoppingCondition"] = {"MaxRuntimeInSeconds": _as_int(a.max_runtime_in_seconds, "max_runtime_in_seconds")}
+        request["StoppingCondition"] = {
+            "MaxRuntimeInSeconds": _as_int(a.max_runtime_in_seconds, "max_runtime_in_seconds")}
     formatted = _tags(a.tags)
     if formatted is not None:
         request["Tags"] = formatted
@@ -903,7 +904,7 @@ def processing_request(**kwargs: Any) -> dict[str, Any]:
     return build_processing(**kwargs).request
 
 
-# -- the one function with I/O ------------------------------------------------------------------------------------------
+# -- the one function with I/O --------------------------------------------------------------------------------------
 def upload_plan(plan: ProcessingPlan, storage: Any = None) -> list[str]:
     """Upload what ``plan.uploads`` lists (the caller runs this before submitting). Returns the URIs written.
 

@@ -332,8 +332,8 @@ def check_completeness(objects: list[InputObject], outputs: Iterable[StoredObjec
 
 # -- the inputs-to-outputs manifest --------------------------------------------------------------------------
 def batch_manifest(report: CompletenessReport, *, input_uri: str, output_path: str, fan_out: str,
-                   jobs: list[dict[str, Any]] | None = None, settings: dict[str, Any] | None = None, created: str | None = None,
-                   processed: Iterable[str] = ()) -> dict[str, Any]:
+                   jobs: list[dict[str, Any]] | None = None, settings: dict[str, Any] | None = None,
+                   created: str | None = None, processed: Iterable[str] = ()) -> dict[str, Any]:
     """The manifest written to ``<S3OutputPath>/_smdist/manifest.json``: one entry per input object with its
     output, sizes, record counts and status, plus the jobs and settings that produced them."""
     processed = set(processed)

@@ -2,7 +2,8 @@
 
 Pure: no file is read or written and no call is made here. The source directory is *named* in the request
 (``sagemaker_submit_directory`` = ``<code_location>/<job>/source/sourcedir.tar.gz``, as the SageMaker SDK
-does); packing and uploading it is the caller's I/O (:func:`airflow_smdist.sourcedir.pack_source_dir`, :func:`airflow_smdist.sourcedir.upload_source`).
+does); packing and uploading it is the caller's I/O (:func:`airflow_smdist.sourcedir.pack_source_dir`,
+:func:`airflow_smdist.sourcedir.upload_source`).
 """
 
 from __future__ import annotations

@@ -201,7 +201,8 @@ def parameter_ranges(ranges: dict[str, Any], *, framework: bool) -> dict[str, li
             spec = {"type": "categorical", "values": list(spec)}
         if not isinstance(spec, dict):
             raise SpecError(where, f"{spec!r} is not a range.",
-                            "give a list of values (categorical) or {'type': 'continuous'|'integer', 'min': .., 'max': ..}.")
+                            "give a list of values (categorical) or "
+                            "{'type': 'continuous'|'integer', 'min': .., 'max': ..}.")
         kind = spec.get("type")
         if kind is None:
             if _get(spec, "values") is not None:
@@ -316,7 +317,8 @@ def _name_errors(names: list[str], where: str) -> list[SpecError]:
             errors.append(SpecError(f"{where} ({name})", "is set by SageMaker and the training toolkit, not tunable.",
                                     "tune your own hyperparameters only."))
     if len(names) > MAX_SEARCHABLE:
-        errors.append(SpecError(where, f"{len(names)} hyperparameters are searched; at most {MAX_SEARCHABLE} are allowed.",
+        errors.append(SpecError(where,
+                                f"{len(names)} hyperparameters are searched; at most {MAX_SEARCHABLE} are allowed.",
                                 "tune at most 30 hyperparameters; fix the others as static hyperparameters."))
     return errors
 
@@ -339,7 +341,8 @@ def range_errors(ranges: dict[str, list[dict[str, Any]]], where: str = "HyperPar
     return errors + _name_errors(names, where)
 
 
-def definition_errors(definition: dict[str, Any], ranges: dict[str, Any], objective: dict[str, Any] | None, where: str) -> list[SpecError]:
+def definition_errors(definition: dict[str, Any], ranges: dict[str, Any], objective: dict[str, Any] | None,
+                      where: str) -> list[SpecError]:
     errors: list[SpecError] = []
     static = definition.get("StaticHyperParameters") or {}
     for name in tuned_names(ranges):
@@ -354,8 +357,8 @@ def definition_errors(definition: dict[str, Any], ranges: dict[str, Any], object
         errors.append(SpecError(f"{where}.AlgorithmSpecification.MetricDefinitions",
                                 f"no metric definition is named {obj_name!r}, the objective metric"
                                 + (f" (defined: {', '.join(metric_names)})." if metric_names else "."),
-                                f"add {{'Name': '{obj_name}', 'Regex': '...'}} to metric_definitions: SageMaker reads the "
-                                "objective from the training job's logs with that regex."))
+                                f"add {{'Name': '{obj_name}', 'Regex': '...'}} to metric_definitions: "
+                                "SageMaker reads the objective from the training job's logs with that regex."))
     return errors
 
 
@@ -461,7 +464,8 @@ def check_tuning_request(request: dict[str, Any]) -> None:
     all_ranges = [(f"{where}.ParameterRanges", ranges)] if ranges else []
     for i, d in enumerate(definitions):
         if d.get("HyperParameterRanges"):
-            all_ranges.append((f"{OPERATION}.TrainingJobDefinitions[{i}].HyperParameterRanges", d["HyperParameterRanges"]))
+            all_ranges.append((f"{OPERATION}.TrainingJobDefinitions[{i}].HyperParameterRanges",
+                               d["HyperParameterRanges"]))
     if not all_ranges and not request.get("Autotune"):
         errors.append(SpecError(f"{where}.ParameterRanges", "no hyperparameter is tuned.",
                                 "give at least one integer, continuous or categorical range."))
@@ -470,7 +474,8 @@ def check_tuning_request(request: dict[str, Any]) -> None:
     for i, d in enumerate(definitions):
         path = f"{OPERATION}.TrainingJobDefinition" if request.get("TrainingJobDefinition") else \
             f"{OPERATION}.TrainingJobDefinitions[{i}]"
-        errors += definition_errors(d, d.get("HyperParameterRanges") or ranges, d.get("TuningObjective") or objective, path)
+        errors += definition_errors(d, d.get("HyperParameterRanges") or ranges,
+                                    d.get("TuningObjective") or objective, path)
 
     errors += _limit_errors(cfg, strategy, all_ranges, where)
     errors += _hyperband_errors(cfg, strategy, definitions, where)
@@ -546,7 +551,8 @@ def _completion_criteria(target_objective_value: Any, max_jobs_not_improving: An
         criteria["BestObjectiveNotImproving"] = {
             "MaxNumberOfTrainingJobsNotImproving": _int_arg(max_jobs_not_improving, "max_jobs_not_improving", 3)}
     if complete_on_convergence is not None:
-        criteria["ConvergenceDetected"] = {"CompleteOnConvergence": "Enabled" if complete_on_convergence else "Disabled"}
+        criteria["ConvergenceDetected"] = {
+            "CompleteOnConvergence": "Enabled" if complete_on_convergence else "Disabled"}
     return criteria
 
 
@@ -554,14 +560,17 @@ def _parallelism_advice(strategy: str, limits: dict[str, Any]) -> list[Any]:
     advice: list[Any] = []
     if limits["MaxParallelTrainingJobs"] > limits.get("MaxNumberOfTrainingJobs", math.inf):
         log.info("max_parallel_jobs %d exceeds max_jobs %d: at most %d trials run at once",
-                 limits["MaxParallelTrainingJobs"], limits["MaxNumberOfTrainingJobs"], limits["MaxNumberOfTrainingJobs"])
-    if strategy == "Bayesian" and limits["MaxParallelTrainingJobs"] > max(1, limits.get("MaxNumberOfTrainingJobs", 0) // 4):
+                 limits["MaxParallelTrainingJobs"], limits["MaxNumberOfTrainingJobs"],
+                 limits["MaxNumberOfTrainingJobs"])
+    if (strategy == "Bayesian"
+            and limits["MaxParallelTrainingJobs"] > max(1, limits.get("MaxNumberOfTrainingJobs", 0) // 4)):
         from airflow_smdist.specs.best_practices import Advice
 
         advice.append(Advice("info", "tuning-parallelism",
-                             f"Bayesian search learns from finished trials: {limits['MaxParallelTrainingJobs']} at once of "
-                             f"{limits.get('MaxNumberOfTrainingJobs')} leaves it fewer results to learn from per choice "
-                             "(SageMaker recommends running few trials at a time)."))
+                             "Bayesian search learns from finished trials: "
+                             f"{limits['MaxParallelTrainingJobs']} at once of "
+                             f"{limits.get('MaxNumberOfTrainingJobs')} leaves it fewer results to learn from "
+                             "per choice (SageMaker recommends running few trials at a time)."))
     return advice
 
 
@@ -614,7 +623,8 @@ def build_tuning(
     objective_type = _choice(objective_type, OBJECTIVE_TYPES, "objective_type")
     early_stopping_type = _choice(early_stopping_type, ("Off", "Auto"), "early_stopping_type")
     if not objective_metric_name or not isinstance(objective_metric_name, str):
-        raise SpecError("objective_metric_name", "is required.", "name one of metric_definitions, e.g. 'validation:rmse'.")
+        raise SpecError("objective_metric_name", "is required.",
+                        "name one of metric_definitions, e.g. 'validation:rmse'.")
     if "job_name" in training_args:
         raise SpecError("job_name", "is given twice.", "give it once.")
 
@@ -647,7 +657,8 @@ def build_tuning(
             hyperband_min_resource, hyperband_max_resource, definition["StaticHyperParameters"])}
     elif hyperband_min_resource is not None or hyperband_max_resource is not None:
         raise SpecError("hyperband_min_resource" if hyperband_min_resource is not None else "hyperband_max_resource",
-                        f"only applies to the Hyperband strategy, not {strategy}.", "drop it, or use strategy='Hyperband'.")
+                        f"only applies to the Hyperband strategy, not {strategy}.",
+                        "drop it, or use strategy='Hyperband'.")
     criteria = _completion_criteria(target_objective_value, max_jobs_not_improving, complete_on_convergence)
     if criteria:
         config["TuningJobCompletionCriteria"] = criteria

@@ -155,7 +155,8 @@ def _walk(shape: Any, value: Any, path: str, errors: list[SpecError], allow_loca
             _walk(shape.value, v, f"{path}[{k!r}]", errors, allow_local)
     elif t == "string" and isinstance(value, str):
         _check_string(shape, value, path, errors, allow_local)
-    elif t in ("integer", "long", "float", "double") and isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif (t in ("integer", "long", "float", "double") and isinstance(value, (int, float))
+          and not isinstance(value, bool)):
         if "max" in meta and value > meta["max"]:
             errors.append(SpecError(path, f"{value} is above the maximum {meta['max']}.",
                                     f"use at most {meta['max']}."))

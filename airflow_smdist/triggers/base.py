@@ -404,7 +404,8 @@ class SmdistJobTrigger(BaseTrigger):
             return
         from airflow_smdist._compat import mask_hyperparameter
 
-        definitions = [description.get("TrainingJobDefinition") or {}, *(description.get("TrainingJobDefinitions") or [])]
+        definitions = [description.get("TrainingJobDefinition") or {},
+                       *(description.get("TrainingJobDefinitions") or [])]
         sources = [description.get("HyperParameters") or {}] + [d.get("StaticHyperParameters") or {}
                                                                  for d in definitions]
         for hps in sources:

@@ -102,7 +102,8 @@ def test_task_page_shows_console_links_for_a_sagemaker_job(browser):
     browser.get(f"{UI}/dags/e2e_sagemaker_on_moto/runs/{run_id}/tasks/train/details")
     wait(browser, text_present("Extra Links"))
     anchors = wait(browser, lambda d: [a for a in d.find_elements(By.TAG_NAME, "a")
-                                       if a.text.strip() in ("SageMaker training job", "Training job logs (CloudWatch)")]
+                                       if a.text.strip() in ("SageMaker training job",
+                                                             "Training job logs (CloudWatch)")]
                    if len(d.find_elements(By.XPATH, "//a[normalize-space()='SageMaker training job']")) else False)
     hrefs = {a.text.strip(): a.get_attribute("href") for a in anchors}
     assert set(hrefs) == {"SageMaker training job", "Training job logs (CloudWatch)"}, hrefs
@@ -178,7 +179,8 @@ def test_a_running_local_job_is_followed_and_stopped_from_its_page(browser):
     href = page_link(browser, dag_id, run_id)
     job = href.rsplit("/", 1)[-1]
     browser.get(href)
-    wait(browser, lambda d: all(d.find_elements(By.CSS_SELECTOR, f"pre[data-host='{h}']") for h in ("algo-1", "algo-2")))
+    wait(browser, lambda d: all(d.find_elements(By.CSS_SELECTOR, f"pre[data-host='{h}']")
+                                for h in ("algo-1", "algo-2")))
     before = {h: len(host_lines(browser, h)) for h in ("algo-1", "algo-2")}
     # the page follows the log while the job runs: new lines of every host arrive without a reload
     wait(browser, lambda d: all(len(host_lines(d, h)) >= before[h] + 3 for h in before))
@@ -221,7 +223,8 @@ def test_smdist_connection_form_shows_its_own_fields(browser):
             (By.XPATH, "//*[@role='dialog']//button[normalize-space()='Extra Fields']"))).click()
         wait(browser, text_present("Local job root"))
         body = browser.find_element(By.TAG_NAME, "body").text
-        for label in ("Backend", "AWS connection id", "AWS region", "Local job root", "S3 endpoint URL (local backend)"):
+        for label in ("Backend", "AWS connection id", "AWS region", "Local job root",
+                      "S3 endpoint URL (local backend)"):
             assert label in body, label
         dialog = browser.find_element(By.CSS_SELECTOR, "[role=dialog]")
         values = [e.get_attribute("value") for e in dialog.find_elements(By.TAG_NAME, "input")]

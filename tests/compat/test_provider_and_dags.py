@@ -25,7 +25,8 @@ def test_provider_is_registered_and_every_listed_module_imports():
     assert info["package-name"] == "airflow-smdist"
     assert [(c["connection-type"], c["hook-class-name"]) for c in info["connection-types"]] == [
         ("smdist", "airflow_smdist.hooks.smdist.SmdistHook")]
-    schema_file = os.path.join(os.path.dirname(importlib.import_module("airflow").__file__), "provider.yaml.schema.json")
+    schema_file = os.path.join(os.path.dirname(importlib.import_module("airflow").__file__),
+                               "provider.yaml.schema.json")
     if os.path.exists(schema_file):  # Airflow >= 3.2 documents conn-fields and ui-field-behaviour there
         import jsonschema
 

@@ -449,7 +449,8 @@ def _refresh_tuning_job(backend, name: str) -> None:
     counters = {"Completed": 0, "InProgress": 0, "RetryableError": 0, "NonRetryableError": 0, "Stopped": 0}
     objectives = {"Succeeded": 0, "Pending": 0, "Failed": 0}
     for s in summaries:
-        status = {"Failed": "NonRetryableError", "Stopping": "InProgress"}.get(s["TrainingJobStatus"], s["TrainingJobStatus"])
+        status = {"Failed": "NonRetryableError", "Stopping": "InProgress"}.get(s["TrainingJobStatus"],
+                                                                               s["TrainingJobStatus"])
         counters[status] += 1
         objectives[s["ObjectiveStatus"]] += 1
     tuning.training_job_status_counters = counters
@@ -609,7 +610,8 @@ def _advance_plan(backend, name: str) -> None:
     plan["countdown"] = plan["per"] - 1
     kind, step = plan["steps"].pop(0)
     if kind == "start":
-        plan["current"] = add_tuning_trial(name, step["tuned"], account_id=backend.account_id, region=backend.region_name)
+        plan["current"] = add_tuning_trial(name, step["tuned"], account_id=backend.account_id,
+                                           region=backend.region_name)
     elif kind == "end":
         set_tuning_trial(plan["current"], step.get("status", "Completed"), objective=step.get("objective"),
                          failure_reason=step.get("failure_reason"), account_id=backend.account_id,
@@ -697,7 +699,8 @@ def install_tuning_extensions() -> None:
             start_tuning_job(name, account_id=backend.account_id, region=backend.region_name)
         return result
 
-    SageMakerResponse.list_training_jobs_for_hyper_parameter_tuning_job = list_training_jobs_for_hyper_parameter_tuning_job
+    SageMakerResponse.list_training_jobs_for_hyper_parameter_tuning_job = (
+        list_training_jobs_for_hyper_parameter_tuning_job)
     SageMakerResponse.describe_hyper_parameter_tuning_job = describe_hyper_parameter_tuning_job
     SageMakerResponse.create_hyper_parameter_tuning_job = create_hyper_parameter_tuning_job
     _tuning_installed = True

@@ -20,7 +20,8 @@ FAULTS = os.path.join(REPO, "tests", "fixtures", "faults")
 
 def _operator(tmp_path, **kw):
     return SageMakerDistributedTrainingOperator(
-        task_id="train", entry_point="deep_fail.py", source_dir=FAULTS, image_uri="1.dkr.ecr.us-east-1.amazonaws.com/x:1",
+        task_id="train", entry_point="deep_fail.py", source_dir=FAULTS,
+        image_uri="1.dkr.ecr.us-east-1.amazonaws.com/x:1",
         output_path=f"file://{tmp_path}/out", role="arn:aws:iam::123456789012:role/R", **kw)
 
 
@@ -32,7 +33,8 @@ def _ctx():
 def test_a_malformed_smdist_extra_fails_before_any_job(tmp_path, monkeypatch, extra):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     monkeypatch.setenv("AIRFLOW_CONN_SMDIST_BROKEN", json.dumps({"conn_type": "smdist", "extra": extra}))
-    with pytest.raises(Exception, match=r"connection 'smdist_broken': its extra (is not valid JSON|must be a JSON object)"):
+    with pytest.raises(Exception,
+                       match=r"connection 'smdist_broken': its extra (is not valid JSON|must be a JSON object)"):
         _operator(tmp_path, smdist_conn_id="smdist_broken").execute(_ctx())
     assert not (tmp_path / "jobs").exists() and not (tmp_path / "out").exists()
 

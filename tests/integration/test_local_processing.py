@@ -329,7 +329,7 @@ def test_a_java_exception_in_a_spark_app_is_named_in_the_failure_reason(spark_jo
     assert len(reason) <= 1024
 
 
-# ---- plain script jobs (cheap: no Spark) -------------------------------------------------------------------------------
+# ---- plain script jobs (cheap: no Spark) ------------------------------------------------------------------------
 CONTRACT_SCRIPT = textwrap.dedent('''
     import json, os, sys
     base = os.environ["SAGEMAKER_BASE_DIR"]
@@ -411,7 +411,8 @@ def test_script_job_contract_sharding_and_outputs_of_every_host(backend, tmp_pat
     for rank, h in enumerate(hosts):
         assert h["rc"]["current_host"] == addresses[rank] and h["rc"]["hosts"] == addresses
         assert h["jc"]["ProcessingJobName"] == name and h["jc"]["ProcessingInputs"] == plan.request["ProcessingInputs"]
-        assert h["jc"]["AppSpecification"]["ContainerEntrypoint"] == plan.request["AppSpecification"]["ContainerEntrypoint"]
+        assert (h["jc"]["AppSpecification"]["ContainerEntrypoint"]
+                == plan.request["AppSpecification"]["ContainerEntrypoint"])
         assert h["executable"] == sys.executable  # python3 is this interpreter
         assert h["out_exists"] and h["stage"] == "contract" and h["lookup"] == ["table.txt"]
         if isolation == "none":  # container paths relocated into the host's directory
@@ -424,7 +425,8 @@ def test_script_job_contract_sharding_and_outputs_of_every_host(backend, tmp_pat
     assert sum(len(s) for s in shards) == 7 and sorted(len(s) for s in shards) == [2, 2, 3]
     assert d["ExitMessage"] == "[0][1][2]"
     if isolation == "none":
-        assert any("hosts run without namespaces" in m and "share /tmp" in m for m in host_log(backend, name, "platform"))
+        assert any("hosts run without namespaces" in m and "share /tmp" in m
+                   for m in host_log(backend, name, "platform"))
     assert "host 0 done" in host_log(backend, name, "algo-1")
 
 
@@ -456,14 +458,16 @@ def test_failing_script_uploads_no_end_of_job_output_but_its_continuous_one(back
     assert seen_while_running, "a Continuous output is uploaded while the job runs"
     d = wait(backend, "processing", name, timeout=60)
     assert d["ProcessingJobStatus"] == "Failed"
-    assert d["FailureReason"].startswith("AlgorithmError: the processing command failed with exit code 3 on host algo-1")
+    assert d["FailureReason"].startswith(
+        "AlgorithmError: the processing command failed with exit code 3 on host algo-1")
     assert "RuntimeError: the input had no header row" in d["FailureReason"]
     assert not os.path.exists(f"{tmp_path}/out/result")  # EndOfJob output of a failed job: nothing
 
 
 def test_stop_ends_every_host_and_uploads_nothing(backend, tmp_path):
     name = unique("sstop")
-    script = "import os, sys, time\nopen(os.path.join(sys.argv[1], 'x'), 'w').write('x')\nprint('sleeping', flush=True)\ntime.sleep(300)\n"
+    script = ("import os, sys, time\nopen(os.path.join(sys.argv[1], 'x'), 'w').write('x')\n"
+              "print('sleeping', flush=True)\ntime.sleep(300)\n")
     script_job(backend, tmp_path, script, name=name, instance_count=2, outputs={"o": f"file://{tmp_path}/out/o"},
                arguments=["/opt/ml/processing/output/o"])
     deadline = time.time() + 60
@@ -534,7 +538,7 @@ def test_unrunnable_requests_are_refused_before_anything_is_written(backend, cha
     assert not backend.store.root.exists() or not list(backend.store.root.rglob("request.json"))
 
 
-# ---- the operators under Airflow ---------------------------------------------------------------------------------------
+# ---- the operators under Airflow --------------------------------------------------------------------------------
 def context(run_id: str, task_id: str):
     ti = SimpleNamespace(dag_id="dag", task_id=task_id, map_index=-1, try_number=1)
     return {"ti": ti, "run_id": run_id}
@@ -547,7 +551,8 @@ def test_script_operator_uploads_runs_and_returns_the_outputs(tmp_path, script_d
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     script = tmp_path / "count.py"
     script.write_text("import json, os, sys\n"
-                      "rc = json.load(open(os.path.join(os.environ['SAGEMAKER_BASE_DIR'], 'config', 'resourceconfig.json')))\n"
+                      "rc = json.load(open(os.path.join(os.environ['SAGEMAKER_BASE_DIR'], 'config', "
+                      "'resourceconfig.json')))\n"
                       "n = sum(len(files) for _, _, files in os.walk(sys.argv[1]))\n"
                       "rank = rc['hosts'].index(rc['current_host'])\n"
                       "open(os.path.join(sys.argv[2], f'count-{rank}.txt'), 'w').write(str(n))\nprint('counted', n)\n")
@@ -561,12 +566,13 @@ def test_script_operator_uploads_runs_and_returns_the_outputs(tmp_path, script_d
     json.dumps(result)  # XCom-safe
     assert result["status"] == "Completed" and result["backend"] == "local" and result["instance_count"] == 2
     assert result["outputs"] == {"counts": f"file://{tmp_path}/counts"}
-    assert result["inputs"]["code"] == f"file://{(tmp_path / 'jobs').resolve()}/code/{result['job_name']}/input/code/count.py"
+    assert result["inputs"]["code"] == (f"file://{(tmp_path / 'jobs').resolve()}/code/{result['job_name']}"
+                                        "/input/code/count.py")
     counts = files_under(result["outputs"]["counts"])
     assert sorted(counts) == ["count-0.txt", "count-1.txt"]
     assert sorted(int(v) for v in counts.values()) == [3, 4]  # 7 objects sharded over 2 hosts
-    failing = SmdistProcessingOperator(task_id="boom", image_uri=IMAGE, entrypoint=["python3", "-c", "raise SystemExit(4)"],
-                                       poll_interval=0.3)
+    failing = SmdistProcessingOperator(task_id="boom", image_uri=IMAGE,
+                                       entrypoint=["python3", "-c", "raise SystemExit(4)"], poll_interval=0.3)
     with pytest.raises(AirflowException, match="exit code 4"):
         failing.execute(context(f"run-{uuid.uuid4().hex}", "boom"))
 
@@ -605,7 +611,8 @@ def test_deferred_operator_waits_through_the_trigger(tmp_path, monkeypatch):
 def test_example_dag_preprocesses_and_trains_under_airflow_dags_test(tmp_path):
     pytest.importorskip("pyspark")
     pytest.importorskip("sklearn")
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"),
+           "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "SMDIST_LOCAL_ROOT": str(tmp_path / "jobs"), "PYTHONPATH": REPO}
     env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
     os.makedirs(env["AIRFLOW_HOME"])

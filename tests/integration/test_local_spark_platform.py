@@ -60,7 +60,8 @@ def stand_in_spark(tmp_path, monkeypatch):
     return home
 
 
-def spark_job(tmp_path, *, hosts: int = 2, event_logs: bool = False, seconds: float = 0) -> tuple[LocalBackend, str, str]:
+def spark_job(tmp_path, *, hosts: int = 2, event_logs: bool = False,
+              seconds: float = 0) -> tuple[LocalBackend, str, str]:
     """A PySparkProcessor request over 3 input objects on ``hosts`` hosts, submitted; (backend, name, store)."""
     (tmp_path / "app.py").write_text("print('never run by the stand-in')\n")
     raw = tmp_path / "raw"

@@ -294,7 +294,8 @@ def test_source_archive_with_traversal_is_rejected(backend, tmp_path, data):
 
     name = unique("tar")
     plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out", entry_point="dump_env.py",
-                          source_dir=os.path.join(FIXTURES, "contract"), image_uri="1.dkr.ecr.us-east-1.amazonaws.com/x:1",
+                          source_dir=os.path.join(FIXTURES, "contract"),
+                          image_uri="1.dkr.ecr.us-east-1.amazonaws.com/x:1",
                           inputs={"train": f"file://{data}/train"})
     tar_path = plan.source_uri[len("file://"):]
     os.makedirs(os.path.dirname(tar_path))

@@ -398,8 +398,8 @@ def test_the_inference_code_gets_a_clean_environment_without_the_workers_credent
 def test_a_network_isolated_models_code_reaches_nothing_while_its_data_is_still_staged(backend, tmp_path):
     name = unique("model")
     uri = model_archive(tmp_path / f"{name}.tar.gz")
-    local_transform.create_model(backend, build_model(model_name=name, model_data=uri, role=ROLE, image_uri=GENERIC_IMAGE,
-                                                      enable_network_isolation=True).request)
+    local_transform.create_model(backend, build_model(model_name=name, model_data=uri, role=ROLE,
+                                                      image_uri=GENERIC_IMAGE, enable_network_isolation=True).request)
     input_uri = write_inputs(tmp_path / "in", [4], nested=False)
     job = unique("isolated")
     backend.submit("transform", build_transform(job_name=job, model_name=name, input_uri=input_uri,

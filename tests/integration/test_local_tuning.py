@@ -235,7 +235,8 @@ def test_hyperband_stops_trials_early_and_uses_fewer_resource_units_than_random(
     log = (backend.job_dir("tuning", hb) / "supervisor.log").read_text()
     assert "stopped early by Hyperband" in log
     # same configurations in the same order; the best one is never pruned (its curve leads at every rung)
-    assert [s["TunedHyperParameters"] for s in trials(backend, hb)] == [s["TunedHyperParameters"] for s in trials(backend, rnd)]
+    assert ([s["TunedHyperParameters"] for s in trials(backend, hb)]
+            == [s["TunedHyperParameters"] for s in trials(backend, rnd)])
     assert dh["BestTrainingJob"]["TunedHyperParameters"] == dr["BestTrainingJob"]["TunedHyperParameters"]
     assert dh["BestTrainingJob"]["TrainingJobStatus"] == "Completed"
 
@@ -375,7 +376,8 @@ def test_what_cannot_run_locally_is_refused_before_anything_is_written(backend, 
     plan = build_tuning(job_name=unique("builtin"), role=ROLE, output_path=f"file://{tmp_path}/out",
                         algorithm="kmeans", instance_type="ml.m5.large",
                         hyperparameters={"k": 3, "feature_dim": 4}, objective_metric_name="test:msd",
-                        objective_type="Minimize", hyperparameter_ranges={"mini_batch_size": {"type": "integer", "min": 100, "max": 500}},
+                        objective_type="Minimize",
+                        hyperparameter_ranges={"mini_batch_size": {"type": "integer", "min": 100, "max": 500}},
                         max_jobs=4)
     with pytest.raises(SpecError, match="runs its own container code"):
         backend.submit("tuning", plan.request)

@@ -1,9 +1,9 @@
 """The XGBoost framework image in script mode (``framework="xgboost"``, ``1.7-1``, ``entry_point``): the
 container's own test script (tests/fixtures/sagemaker_examples/README.md: source, commit, license, md5), unmodified,
 imports ``sagemaker_xgboost_container`` (distributed.rabit_run, data_utils.get_dmatrix), which the local backend
-stands in for (backends/local/inhost/xgbcontainer/), and ``sagemaker_containers.entry_point``: on two hosts both join one
-Rabit ring and the master alone writes the model; on one host it trains alone; a scikit-learn job cannot import the
-package, as on SageMaker.
+stands in for (backends/local/inhost/xgbcontainer/), and ``sagemaker_containers.entry_point``: on two hosts both
+join one Rabit ring and the master alone writes the model; on one host it trains alone; a scikit-learn job cannot
+import the package, as on SageMaker.
 
 Real local jobs in the image's runtime (xgboost 1.7.x), as the scikit-learn real-script test runs its script
 (test_image_manifests.py): the request from ``build_training``, the code uploaded, the job submitted."""
@@ -208,4 +208,5 @@ def test_a_scikit_learn_job_cannot_import_the_xgboost_containers_package(tmp_pat
     backend, name, d = run_job(tmp_path, source_dir=str(code), entry="train.py", instance_count=1,
                                framework="sklearn", version="1.2-1")
     assert d["TrainingJobStatus"] == "Failed"
-    assert "ModuleNotFoundError: No module named 'sagemaker_xgboost_container'" in d["FailureReason"], d["FailureReason"]
+    assert ("ModuleNotFoundError: No module named 'sagemaker_xgboost_container'"
+            in d["FailureReason"]), d["FailureReason"]

@@ -286,7 +286,8 @@ def test_scikit_learn_processing_script_importing_requests_preprocesses_in_a_pro
                for split in ("train", "validation", "test")}
     op = SmdistProcessingOperator(
         task_id="preprocess", framework="sklearn", framework_version="1.2-1", instance_type="ml.m5.xlarge",
-        instance_count=1, role=ROLE, code=os.path.join(EXAMPLES, "sklearn_processing_preprocessing", "preprocessing.py"),
+        instance_count=1, role=ROLE,
+        code=os.path.join(EXAMPLES, "sklearn_processing_preprocessing", "preprocessing.py"),
         inputs={"input": {"source": f"file://{tmp_path}/raw", "destination": "/opt/ml/processing/input"}},
         outputs=outputs, poll_interval=1)
     ti = SimpleNamespace(dag_id="dag", task_id="preprocess", map_index=-1, try_number=1)

@@ -278,6 +278,7 @@ def test_tfs_without_inference_code_takes_json_and_csv_as_the_containers_nginx_d
     d, by_host, out = _transform(tmp_path, monkeypatch, {"a.json": '{"instances": [1.0, 2.0, 5.0]}\n[4.0, 6.0]\n'},
                                  content_type="application/json", code=False)
     assert d["TransformJobStatus"] == "Completed", (d.get("FailureReason"), by_host)
-    assert any(m.endswith("no inference.py: the container's nginx conversion of JSON and CSV") for m in by_host["algo-1"])
+    assert any(m.endswith("no inference.py: the container's nginx conversion of JSON and CSV")
+               for m in by_host["algo-1"])
     assert [json.loads(line) for line in out["a.json"].splitlines()] == [
         {"predictions": [3.5, 4.0, 5.5]}, {"predictions": [[5.0, 6.0]]}], out  # [4.0, 6.0] is one instance

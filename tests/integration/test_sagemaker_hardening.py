@@ -94,7 +94,8 @@ def test_a_sagemaker_job_made_elsewhere_is_not_adopted(moto_server, s3_bucket):
     client.create_training_job(**training_request(job_name=name, role="arn:aws:iam::123456789012:role/R",
                                                   image_uri=IMAGE, output_path=f"s3://{s3_bucket}/out"))
     op = SageMakerDistributedTrainingOperator(task_id="train", backend="sagemaker", job_name=name, image_uri=IMAGE,
-                                              output_path=f"s3://{s3_bucket}/out", role="arn:aws:iam::123456789012:role/R")
+                                              output_path=f"s3://{s3_bucket}/out",
+                                              role="arn:aws:iam::123456789012:role/R")
     with pytest.raises(ForeignJob, match="no task of this provider"):
         op.execute(ctx("train"))
 

@@ -101,19 +101,23 @@ def test_a_running_tuning_job_counts_its_trials_and_lists_them(backend, s3_bucke
     assert d["ObjectiveStatusCounters"] == {"Succeeded": 2, "Pending": 1, "Failed": 1}
     best = d["BestTrainingJob"]
     assert best["TrainingJobName"] == t4 and best["TunedHyperParameters"] == {"learning_rate": "0.1", "max_depth": "4"}
-    assert best["FinalHyperParameterTuningJobObjectiveMetric"] == {"Type": "Minimize", "MetricName": METRIC, "Value": 0.12}
+    assert best["FinalHyperParameterTuningJobObjectiveMetric"] == {"Type": "Minimize", "MetricName": METRIC,
+                                                                   "Value": 0.12}
 
     listed = list_training_jobs_for_tuning_job(backend, name)
     assert [s["TrainingJobName"] for s in listed] == [t1, t2, t3, t4]  # SortBy Name, Ascending by default
     by_name = {s["TrainingJobName"]: s for s in listed}
-    assert by_name[t2]["ObjectiveStatus"] == "Pending" and "FinalHyperParameterTuningJobObjectiveMetric" not in by_name[t2]
+    assert (by_name[t2]["ObjectiveStatus"] == "Pending"
+            and "FinalHyperParameterTuningJobObjectiveMetric" not in by_name[t2])
     assert by_name[t3]["FailureReason"] == "AlgorithmError: ExitCode 1" and by_name[t3]["ObjectiveStatus"] == "Failed"
     assert all(s["TuningJobName"] == name for s in listed)
     # every page is read (3 a page here), filters and sorting are the service's
-    assert [s["TrainingJobName"] for s in backend.list_training_jobs_for_tuning_job(name, page_size=3)] == [t1, t2, t3, t4]
+    assert ([s["TrainingJobName"] for s in backend.list_training_jobs_for_tuning_job(name, page_size=3)]
+            == [t1, t2, t3, t4])
     assert [s["TrainingJobName"] for s in list_training_jobs_for_tuning_job(backend, name, status_equals="Completed")] \
         == [t1, t4]
-    ordered = list_training_jobs_for_tuning_job(backend, name, sort_by="FinalObjectiveMetricValue", sort_order="Ascending")
+    ordered = list_training_jobs_for_tuning_job(backend, name, sort_by="FinalObjectiveMetricValue",
+                                                sort_order="Ascending")
     assert [s["TrainingJobName"] for s in ordered][:2] == [t4, t1]
     # each trial is a training job of the definition: static + tuned hyperparameters, the objective metric
     trial = backend.describe("training", t4)

@@ -47,7 +47,8 @@ def test_a_job_whose_source_links_out_of_its_directory_runs(tmp_path):
     backend = LocalBackend(tmp_path / "jobs")
     name = f"links-{uuid.uuid4().hex[:8]}"
     plan = build_training(job_name=name, role="arn:aws:iam::123456789012:role/R", output_path=f"file://{tmp_path}/out",
-                          entry_point="main.py", source_dir=str(_source_with_links(tmp_path)), instance_type="ml.m5.xlarge",
+                          entry_point="main.py", source_dir=str(_source_with_links(tmp_path)),
+                          instance_type="ml.m5.xlarge",
                           image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1")
     upload_source(plan.source_dir, "main.py", plan.source_uri)
     backend.submit("training", plan.request)

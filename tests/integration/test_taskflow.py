@@ -356,7 +356,8 @@ def test_processing_on_moto_ships_the_payload_as_inputs_and_collects_results_fro
     inputs = {i["InputName"]: i["S3Input"] for i in job["ProcessingInputs"]}
     assert inputs["records"]["S3DataDistributionType"] == "ShardedByS3Key"
     assert inputs["smdist-function"]["LocalPath"] == "/opt/ml/processing/input/smdist-function"
-    assert job["AppSpecification"]["ContainerEntrypoint"] == ["python3", "/opt/ml/processing/input/code/smdist_entry.py"]
+    assert job["AppSpecification"]["ContainerEntrypoint"] == ["python3",
+                                                              "/opt/ml/processing/input/code/smdist_entry.py"]
     outputs = {o["OutputName"]: o["S3Output"] for o in job["ProcessingOutputConfig"]["Outputs"]}
     assert outputs["smdist-results"]["S3Uri"] == f"s3://{s3_bucket}/code/{name}/output/smdist-results"
     keys = {o["Key"] for o in boto3.client("s3", endpoint_url=moto_server).list_objects_v2(

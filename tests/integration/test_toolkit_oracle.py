@@ -187,7 +187,8 @@ def test_entry_point_command_matches_the_toolkits_runner(jobs, toolkit_python, k
 
 def _host_dir(backend, name: str, address: str) -> Path:
     state = json.loads((backend.job_dir("training", name) / "state.json").read_text())
-    label = next(h["label"] for h in state["hosts"] if address in (h["address"], h["label"]))  # SM_CURRENT_HOST: algo-N, or an address in fallback mode
+    # SM_CURRENT_HOST: algo-N, or an address in fallback mode
+    label = next(h["label"] for h in state["hosts"] if address in (h["address"], h["label"]))
     return backend.job_dir("training", name) / "hosts" / label
 
 

@@ -28,7 +28,8 @@ SDK_NAMES = {"content_type": ("transform", "content_type"), "split_type": ("tran
 
 
 def _defaults(fn) -> dict:
-    return {n: p.default for n, p in inspect.signature(fn).parameters.items() if p.default is not inspect.Parameter.empty}
+    return {n: p.default for n, p in inspect.signature(fn).parameters.items()
+            if p.default is not inspect.Parameter.empty}
 
 
 def test_record_arguments_default_as_the_sdks_transformer():

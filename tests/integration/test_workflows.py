@@ -37,9 +37,11 @@ def ctx():
 
 def test_chain_resumes_link_after_link_until_the_marker(tmp_path, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
-    result = chain(tmp_path, hyperparameters={"units": 8, "seconds_per_unit": 0.5}, max_run=3, max_links=8).execute(ctx())
+    result = chain(tmp_path, hyperparameters={"units": 8, "seconds_per_unit": 0.5}, max_run=3,
+                   max_links=8).execute(ctx())
     assert result["finished"] is True and len(result["links"]) >= 2
-    assert [link["secondary_status"] for link in result["links"][:-1]] == ["MaxRuntimeExceeded"] * (len(result["links"]) - 1)
+    assert ([link["secondary_status"] for link in result["links"][:-1]]
+            == ["MaxRuntimeExceeded"] * (len(result["links"]) - 1))
     assert result["links"][-1]["status"] == "Completed"
     with tarfile.open(result["model_artifacts"][len("file://"):]) as tar:
         state = json.load(io.BytesIO(tar.extractfile("result.json").read()))

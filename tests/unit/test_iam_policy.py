@@ -216,7 +216,8 @@ def test_every_call_in_the_policy_list_is_made_somewhere():
 def test_the_scan_sees_the_calls_that_were_missing_from_the_documented_policy():
     """The three the README's old table lacked (issue 30): found where they are made, and listed."""
     found, _ = scan()
-    for call, where in (("sagemaker:ListTags", "backends/sagemaker.py"), ("logs:FilterLogEvents", "backends/sagemaker_async.py"),
+    for call, where in (("sagemaker:ListTags", "backends/sagemaker.py"),
+                        ("logs:FilterLogEvents", "backends/sagemaker_async.py"),
                         ("cloudwatch:GetMetricData", "insight.py")):
         assert any(where in w for w in found[call]), (call, found[call])
         assert iam.calls()[call] == call
@@ -302,7 +303,8 @@ def test_the_command_prints_the_policy_and_the_readme_block():
 
 
 def test_the_module_is_import_cheap():
-    code = "import sys, airflow_smdist.backends.iam; print(sorted(m for m in ('airflow', 'boto3', 'botocore') if m in sys.modules))"
+    code = ("import sys, airflow_smdist.backends.iam; "
+            "print(sorted(m for m in ('airflow', 'boto3', 'botocore') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
     assert out.strip() == "[]"

@@ -160,9 +160,11 @@ def test_the_graph_sees_the_package():
     assert "airflow_smdist.backends.sagemaker_async" not in top["airflow_smdist.backends.sagemaker"]
     # importing a submodule runs its packages: an edge to each (none from a module to its own packages)
     assert _resolve("airflow_smdist.backends.local.store", _modules()) == {
-        "airflow_smdist", "airflow_smdist.backends", "airflow_smdist.backends.local", "airflow_smdist.backends.local.store"}
+        "airflow_smdist", "airflow_smdist.backends", "airflow_smdist.backends.local",
+        "airflow_smdist.backends.local.store"}
     assert "airflow_smdist.backends.local" not in top["airflow_smdist.backends.local.status_source"]
-    assert "airflow_smdist.backends.local" in top["airflow_smdist.backends.factory"] | inner["airflow_smdist.backends.factory"]
+    assert ("airflow_smdist.backends.local"
+            in top["airflow_smdist.backends.factory"] | inner["airflow_smdist.backends.factory"])
 
 
 def test_the_cycle_finder_finds_a_cycle():

@@ -25,7 +25,8 @@ def test_compose_file_has_the_official_shape_with_the_provider_installed():
     assert {"postgres", "redis", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
             "airflow-worker", "airflow-triggerer", "airflow-init"} <= set(services)
     assert services["postgres"]["image"] == "postgres:16" and services["redis"]["image"] == "redis:7.2-bookworm"
-    for name in ("airflow-apiserver", "airflow-scheduler", "airflow-worker", "airflow-triggerer", "airflow-dag-processor"):
+    for name in ("airflow-apiserver", "airflow-scheduler", "airflow-worker", "airflow-triggerer",
+                 "airflow-dag-processor"):
         svc = services[name]
         assert svc["build"]["context"] == "." and svc["build"]["dockerfile"] == "Dockerfile"  # from this checkout
         assert svc["build"]["args"] == {"AIRFLOW_VERSION": "${AIRFLOW_VERSION:-3.3.2}",
@@ -41,7 +42,8 @@ def test_compose_file_has_the_official_shape_with_the_provider_installed():
     assert "airflow-smdist" in services["airflow-init"]["command"][1]  # init fails if the provider is missing
     with open(os.path.join(REPO, "Dockerfile")) as f:
         dockerfile = f.read()
-    assert dockerfile.startswith("# ") and "FROM apache/airflow:${AIRFLOW_VERSION}-python${PYTHON_VERSION}" in dockerfile
+    assert (dockerfile.startswith("# ")
+            and "FROM apache/airflow:${AIRFLOW_VERSION}-python${PYTHON_VERSION}" in dockerfile)
     # Airflow's documented way to extend the image: apache-airflow pinned to the image's version in the same install
     assert 'pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" "/opt/airflow-smdist[local]"' in dockerfile
     assert re.search(r"^ARG PIP_EXTRA_INDEX_URL=", dockerfile, re.M)  # a CPU torch index for the job runtimes

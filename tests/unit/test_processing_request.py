@@ -93,7 +93,8 @@ def test_pyspark_request_has_the_sdk_command_inputs_and_outputs_in_order(tmp_pat
     assert (f"{job}/code", str(app), None) in uploads
     conf = next(u for u in plan.uploads if u.data is not None)
     assert conf.uri == f"{job}/conf/configuration.json"
-    assert json.loads(conf.data) == [{"Classification": "spark-defaults", "Properties": {"spark.executor.memory": "2g"}}]
+    assert json.loads(conf.data) == [{"Classification": "spark-defaults",
+                                      "Properties": {"spark.executor.memory": "2g"}}]
 
 
 def test_s3_app_and_dependencies_need_no_upload_and_no_code_location():
@@ -179,7 +180,8 @@ def test_configuration_is_validated_and_normalised():
 
 
 @pytest.mark.parametrize("configuration, field, words", [
-    ({"Classification": "spark-default", "Properties": {}}, "configuration.Classification", "did you mean 'spark-defaults'"),
+    ({"Classification": "spark-default", "Properties": {}}, "configuration.Classification",
+     "did you mean 'spark-defaults'"),
     ([{"Classification": "spark-defaults", "Property": {}}], "configuration[0].Property", "did you mean 'Properties'"),
     ([{"Properties": {"a": "b"}}], "configuration[0].Classification", "is required"),
     ([{"Classification": "spark-defaults", "Properties": ["a=b"]}], "configuration[0].Properties", "mapping"),
@@ -198,7 +200,7 @@ def test_configuration_mistakes_name_the_field(configuration, field, words):
     assert info.value.field == field and words in str(info.value)
 
 
-# ---- inputs and outputs -----------------------------------------------------------------------------------------------
+# ---- inputs and outputs -----------------------------------------------------------------------------------------
 def test_inputs_and_outputs_in_every_accepted_form():
     req = spark(inputs=[{"input_name": "raw", "source": "s3://d/raw", "s3_data_type": "ManifestFile",
                          "distribution": "ShardedByS3Key"},
@@ -291,7 +293,7 @@ def test_local_uris_only_on_the_local_backend():
         spark(inputs={"raw": "file:///data/raw"}, allow_local_uris=False)
 
 
-# ---- plain script processing ------------------------------------------------------------------------------------------
+# ---- plain script processing ------------------------------------------------------------------------------------
 def test_script_processing_is_what_script_processor_sends(tmp_path):
     script = tmp_path / "prep.py"
     script.write_text("print(1)")
@@ -341,7 +343,7 @@ def test_pyspark_and_script_request_helpers_return_the_request():
         "ProcessingJobName"] == "a"
 
 
-# ---- uploads ----------------------------------------------------------------------------------------------------------
+# ---- uploads ----------------------------------------------------------------------------------------------------
 def test_upload_plan_writes_what_the_request_names(tmp_path):
     app, lib = tmp_path / "app.py", tmp_path / "lib.py"
     app.write_text("print('app')")
@@ -359,7 +361,8 @@ def test_upload_plan_writes_what_the_request_names(tmp_path):
                                       f"{job}/conf/configuration.json", f"{job}/code/app.py"])
     for uri in written:
         assert os.path.exists(uri[len("file://"):])
-    assert json.loads(open(f"{tmp_path}/store/prep-1/input/conf/configuration.json").read())[0]["Properties"] == {"k": "v"}
+    assert (json.loads(open(f"{tmp_path}/store/prep-1/input/conf/configuration.json").read())[0]["Properties"]
+            == {"k": "v"})
     code_uri = next(i for i in plan.request["ProcessingInputs"] if i["InputName"] == "code")["S3Input"]["S3Uri"]
     assert open(code_uri[len("file://"):]).read() == "print('app')"
     missing = spark(submit_app=str(tmp_path / "nope.py"), code_location=store)
@@ -371,7 +374,7 @@ def test_upload_plan_writes_what_the_request_names(tmp_path):
         upload_plan(as_dir)
 
 
-# ---- import cost ------------------------------------------------------------------------------------------------------
+# ---- import cost ------------------------------------------------------------------------------------------------
 def test_builders_and_the_example_dag_import_nothing_heavy():
     code = ("import runpy, sys, json; import airflow_smdist.specs.processing, airflow_smdist.operators.processing, "
             "airflow_smdist.sensors.processing, airflow_smdist.backends.local.processing; "

@@ -84,7 +84,8 @@ def test_the_training_examples_run_and_v2_and_v3_spellings_build_the_same_reques
     namespace2: dict = {}
     with dag():
         exec(compile(blocks[0].split("\n\n")[0] + "\n" + blocks[1].split("\n\n", 1)[1].replace(
-            "distributed=Torchrun(smp=SMP(hybrid_shard_degree=8)),", f"distribution={v2_text[1]},"), "README.md", "exec"),
+            "distributed=Torchrun(smp=SMP(hybrid_shard_degree=8)),", f"distribution={v2_text[1]},"),
+            "README.md", "exec"),
              namespace2)
     assert planned(namespace2)["train_v3"] == v3
 

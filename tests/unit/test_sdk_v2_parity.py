@@ -57,8 +57,9 @@ def source_dir(tmp_path):
 
 
 def tensorflow(source_dir, **kwargs):
-    args = {"role": ROLE, "output_path": f"s3://{BUCKET}/out", "code_location": f"s3://{BUCKET}", "entry_point": "train.py",
-                "source_dir": source_dir, "framework": "tensorflow", "framework_version": "2.16", "py_version": "py310",
+    args = {"role": ROLE, "output_path": f"s3://{BUCKET}/out", "code_location": f"s3://{BUCKET}",
+                "entry_point": "train.py", "source_dir": source_dir, "framework": "tensorflow",
+                "framework_version": "2.16", "py_version": "py310",
                 "hyperparameters": {"epochs": 3, "optimizer": "adam"}, "inputs": {"train": f"s3://{BUCKET}/data/train"},
                 "region": REGION, "allow_local_uris": False}
     args.update(kwargs)

@@ -56,7 +56,8 @@ def test_script_mode_request_fields():
 
 
 def test_entry_point_alone_is_packed_by_itself():
-    plan = build_training(**BASE, entry_point="/home/me/scripts/train.py", image_uri="1.dkr.ecr.us-east-1.amazonaws.com/x:1")
+    plan = build_training(**BASE, entry_point="/home/me/scripts/train.py",
+                          image_uri="1.dkr.ecr.us-east-1.amazonaws.com/x:1")
     assert plan.request["HyperParameters"]["sagemaker_program"] == '"train.py"'
     assert plan.source_dir == "/home/me/scripts/train.py"
 
@@ -72,7 +73,8 @@ def test_code_location_and_s3_source_dir():
 def test_network_isolation_moves_the_code_into_a_channel():
     req = script(enable_network_isolation=True, encrypt_inter_container_traffic=True).request
     assert req["EnableNetworkIsolation"] is True and req["EnableInterContainerTrafficEncryption"] is True
-    assert json.loads(req["HyperParameters"]["sagemaker_submit_directory"]) == "/opt/ml/input/data/code/sourcedir.tar.gz"
+    assert (json.loads(req["HyperParameters"]["sagemaker_submit_directory"])
+            == "/opt/ml/input/data/code/sourcedir.tar.gz")
     code = req["InputDataConfig"][0]
     assert code["ChannelName"] == "code"
     assert code["DataSource"]["S3DataSource"]["S3Uri"] == "s3://bucket/out/job-1/source/sourcedir.tar.gz"
@@ -113,7 +115,8 @@ def test_jinja_rendered_strings_are_coerced():
 
 
 def test_learning_rate_scaled_with_the_global_batch():
-    plan = script(instance_type="ml.g5.12xlarge", instance_count=2, distribution={"torch_distributed": {"enabled": True}},
+    plan = script(instance_type="ml.g5.12xlarge", instance_count=2,
+                  distribution={"torch_distributed": {"enabled": True}},
                   # torchrun: 4 GPUs x 2 hosts = 8 workers
                   lr_scaling={"base_learning_rate": 0.1, "base_batch_size": 256, "per_device_batch_size": 64,
                               "warmup_epochs": 5, "hyperparameter": "lr"})

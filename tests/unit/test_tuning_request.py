@@ -52,7 +52,8 @@ def test_request_is_the_training_job_plus_the_search_and_passes_botocore():
     training = build_training(job_name="hpo-1", **TRAIN).request
     d = req["TrainingJobDefinition"]
     # the definition is the training job less its name, with the tuned names out of the static hyperparameters
-    assert d["AlgorithmSpecification"] == {"TrainingImage": IMAGE, "TrainingInputMode": "File", "MetricDefinitions": METRICS}
+    assert d["AlgorithmSpecification"] == {"TrainingImage": IMAGE, "TrainingInputMode": "File",
+                                           "MetricDefinitions": METRICS}
     expected_static = {k: v for k, v in training["HyperParameters"].items() if k != "learning_rate"}
     assert d["StaticHyperParameters"] == expected_static
     assert "learning_rate" not in d["StaticHyperParameters"] and d["StaticHyperParameters"]["epochs"] == "9"

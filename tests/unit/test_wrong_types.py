@@ -46,7 +46,8 @@ def test_metric_regexes_are_compiled_and_need_one_capture_group(regex, says):
 
 def test_tuning_ranges_given_as_a_json_string_say_so():
     with pytest.raises(SpecError) as info:
-        build_tuning(**BASE, objective_metric_name="loss", metric_definitions=[{"Name": "loss", "Regex": "l=([0-9.]+)"}],
+        build_tuning(**BASE, objective_metric_name="loss",
+                     metric_definitions=[{"Name": "loss", "Regex": "l=([0-9.]+)"}],
                      hyperparameter_ranges='{"lr": {"type": "continuous", "min": 0.1, "max": 1}}')
     assert info.value.field == "hyperparameter_ranges" and "render_template_as_native_obj" in str(info.value)
     assert "at least one" not in str(info.value)

@@ -2,9 +2,9 @@
 builds it, its daemons started on the other hosts by the project's rsh agent (:mod:`.inhost.mpiagent`).
 
 The toolkit's master runs ``mpirun --host algo-1:P,algo-2:P -np N ... -x SM_* ... python -m mpi4py <entry>``
-(``sagemaker_training/mpi.py``, ``MasterRunner``, v5.1.x); Open MPI reaches the other instances over ssh and the workers wait
-for its daemon to come and go. Here the ssh agent is ``mpiagent.py``: it passes the daemon's command and
-its stdio to the supervisor (:class:`AgentServer`), which runs it inside the target host. Open MPI 5
+(``sagemaker_training/mpi.py``, ``MasterRunner``, v5.1.x); Open MPI reaches the other instances over ssh and
+the workers wait for its daemon to come and go. Here the ssh agent is ``mpiagent.py``: it passes the daemon's
+command and its stdio to the supervisor (:class:`AgentServer`), which runs it inside the target host. Open MPI 5
 spellings replace the toolkit's Open MPI 4 ones (``--bind-to none --map-by slot``, ``--prtemca`` for the
 runtime's parameters, ``btl_sm`` for ``btl_vader``); ``orte_abort_on_non_zero_status`` is Open MPI 5's
 default behaviour (a rank that exits non-zero ends the job), and ``python -m mpi4py`` turns an uncaught
@@ -60,8 +60,8 @@ def missing(python: str | None = None, bin_dir: str | None = None) -> str | None
     return None if found else f"mpi4py is not installed in {where}"
 
 
-def master_command(*, hosts: list[str], nproc: int, extra: dict[str, Any], interface: str, env: dict[str, str], agent: str,
-                   program: list[str], mpirun: str | None = None) -> list[str]:
+def master_command(*, hosts: list[str], nproc: int, extra: dict[str, Any], interface: str, env: dict[str, str],
+                   agent: str, program: list[str], mpirun: str | None = None) -> list[str]:
     """The toolkit's MasterRunner command (sagemaker_training/mpi.py), in Open MPI 5 spelling."""
     n = int(extra.get("sagemaker_mpi_num_processes") or nproc * len(hosts))
     host_list = ",".join(f"{h}:{nproc}" if nproc > 1 else h for h in hosts)
@@ -69,8 +69,8 @@ def master_command(*, hosts: list[str], nproc: int, extra: dict[str, Any], inter
         host_list = f"localhost:{max(n, nproc * len(hosts))}"  # apart: one node holds the whole world
     custom = (extra.get("sagemaker_mpi_custom_mpi_options")
               or extra.get("sagemaker_distributed_dataparallel_custom_mpi_options") or "")
-    cmd = [mpirun or mpirun_path() or "mpirun", "--host", host_list, "-np", str(n), "--allow-run-as-root", "--display-map",
-           "--tag-output"]
+    cmd = [mpirun or mpirun_path() or "mpirun", "--host", host_list, "-np", str(n), "--allow-run-as-root",
+           "--display-map", "--tag-output"]
     if interface != "lo":  # Open MPI's out-of-band channel never takes loopback: the fallback lets it choose
         cmd += ["--mca", "btl_tcp_if_include", interface, "--prtemca", "oob_tcp_if_include", interface]
     cmd += ["--prtemca", "plm_ssh_no_tree_spawn", "1", "--bind-to", "none", "--map-by", "slot",

@@ -355,8 +355,8 @@ class ProcessingSupervisor(JobSupervisor):
             if staged:
                 links = (f" (FullyReplicated inputs linked to {primary.label}'s copy: this host runs no Spark here)"
                          if host is not primary and is_spark(self.request) else "")
-                self.say(f"{host.label} ({host.address}): " + ", ".join(f"{n}: {c} object(s)" for n, c in staged.items())
-                         + links)
+                self.say(f"{host.label} ({host.address}): "
+                         + ", ".join(f"{n}: {c} object(s)" for n, c in staged.items()) + links)
 
     # -- outputs ---------------------------------------------------------------------------------
     def upload_outputs(self, cluster: contract.Cluster, modes: tuple[str, ...]) -> dict[str, int]:

@@ -7,9 +7,10 @@ the Airflow worker's environment (docs/contracts.md). :func:`resolve` turns a re
 * a SageMaker framework image (its family's manifest, ``images/<family>.json``: :func:`manifests`): an
   environment holding the packages the image's build files install, at the image's versions where they
   install on this machine (what cannot, the manifest lists as left out, and the job's log says so), built
-  on first use with ``uv`` into a content-addressed cache (``SMDIST_RUNTIME_CACHE``, default ``<local root>/runtimes/<key>``) and reused
-  afterwards. Where the exact version does not install here (no wheel for this Python, or only a CUDA
-  build), the nearest one that does is used, and the job's log and description say which;
+  on first use with ``uv`` into a content-addressed cache (``SMDIST_RUNTIME_CACHE``, default
+  ``<local root>/runtimes/<key>``) and reused afterwards. Where the exact version does not install here (no
+  wheel for this Python, or only a CUDA build), the nearest one that does is used, and the job's log and
+  description say which;
 * the user's own image: the runtime declared for it, in the request's ``Environment``
   (``SMDIST_LOCAL_REQUIREMENTS``: requirement lines, or ``SMDIST_LOCAL_PYTHON``: an existing interpreter) or
   in the ``smdist`` connection's extra ``{"local_runtimes": {"<image URI or repository>": {"requirements":
@@ -175,8 +176,8 @@ class Runtime:
         return env
 
     def site_packages(self) -> str:
-        out = subprocess.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=False,
-                             capture_output=True, text=True, timeout=60, env=_clean_env())
+        out = subprocess.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=False, capture_output=True, text=True, timeout=60, env=_clean_env())
         return out.stdout.strip()
 
     def spark_home(self) -> str | None:
@@ -1199,7 +1200,8 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os
         return runtime
     args = (["."] if has_setup else []) + (["-r", "requirements.txt"] if has_reqs else [])
     toolkit_cmd = f"{runtime.python} -m pip install " + " ".join(args)
-    log(f"installing {' and '.join(a for a in ('the setup.py package' if has_setup else '', 'requirements.txt' if has_reqs else '') if a)} "
+    what = ("the setup.py package" if has_setup else "", "requirements.txt" if has_reqs else "")
+    log(f"installing {' and '.join(a for a in what if a)} "
         f"into the job's layer (as {installer}: {toolkit_cmd})")
     started = time.time()
     runner: Runner = run or (lambda c, d: _run(c, log=log, cwd=d))

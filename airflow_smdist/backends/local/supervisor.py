@@ -406,7 +406,8 @@ class JobSupervisor:
         transitions = self.state.setdefault("transitions", [])
         if transitions and "end" not in transitions[-1]:
             transitions[-1]["end"] = t
-        transitions.append({"status": "Failed", "start": t, "end": t, "message": f"{self.kind.capitalize()} job failed"})
+        transitions.append({"status": "Failed", "start": t, "end": t,
+                            "message": f"{self.kind.capitalize()} job failed"})
         self.save(status="Failed", secondary_status="Failed", ended=t,
                   failure_reason=f"InternalServerError: {type(exc).__name__}: {exc}")
 

@@ -9,11 +9,11 @@ each instance's objects into its directory, and starts one worker process per in
 instances run in parallel on the cores, each a simulated host (its own namespaces with its directory on
 ``/opt/ml`` where the OS allows it) with the clean environment every host gets (no worker credentials: the
 supervisor moves the data, as SageMaker's agent does outside the container). Each worker, the inference
-engine (:mod:`airflow_smdist.runtime.batch_runner`) in the image's runtime, loads the model once with the inference toolkit's
-handlers, splits, batches and transforms its objects (``MaxConcurrentTransforms`` requests in flight), and
-writes an object's ``.out`` only when the whole object succeeded; the supervisor uploads it to
-``<S3OutputPath>/<key below the prefix>.out``. A failing record fails the job; its
-FailureReason names the object and the record. Statuses are DescribeTransformJob's
+engine (:mod:`airflow_smdist.runtime.batch_runner`) in the image's runtime, loads the model once with the
+inference toolkit's handlers, splits, batches and transforms its objects (``MaxConcurrentTransforms`` requests
+in flight), and writes an object's ``.out`` only when the whole object succeeded; the supervisor uploads it
+to ``<S3OutputPath>/<key below the prefix>.out``. A failing record fails the job; its FailureReason names the
+object and the record. Statuses are DescribeTransformJob's
 (InProgress, Completed, Failed, Stopping, Stopped); StopTransformJob ends every worker.
 """
 

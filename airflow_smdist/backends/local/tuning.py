@@ -89,7 +89,8 @@ def check_request(request: dict) -> None:
 
         if importlib.util.find_spec("optuna") is None:
             raise SpecError("HyperParameterTuningJobConfig.Strategy",
-                            f"the local backend's {cfg['Strategy']} search runs on Optuna, which is not installed here.",
+                            f"the local backend's {cfg['Strategy']} search runs on Optuna, "
+                            "which is not installed here.",
                             "pip install 'airflow-smdist[local]' (or optuna), use strategy='Grid', or "
                             "backend='sagemaker'.")
     definition = request["TrainingJobDefinition"]
@@ -371,7 +372,8 @@ class Completion:
         criteria = cfg.get("TuningJobCompletionCriteria") or {}
         self.maximize = maximize
         self.target = criteria.get("TargetObjectiveMetricValue")
-        self.not_improving_limit = (criteria.get("BestObjectiveNotImproving") or {}).get("MaxNumberOfTrainingJobsNotImproving")
+        self.not_improving_limit = (criteria.get("BestObjectiveNotImproving") or {}).get(
+            "MaxNumberOfTrainingJobsNotImproving")
         self.convergence = (criteria.get("ConvergenceDetected") or {}).get("CompleteOnConvergence") == "Enabled"
         max_jobs = cfg["ResourceLimits"].get("MaxNumberOfTrainingJobs") or 25
         self.window = max(5, max_jobs // 5)
@@ -594,9 +596,10 @@ class TuningSupervisor(JobSupervisor):
             failed = [t for t in self.trials if t.status == "Failed"]
             detail = ""
             if failed:
-                detail = f"; {failed[0].name}: " + self.backend.describe("training", failed[0].name).get("FailureReason", "")
-            return "Failed", (f"ClientError: none of the {len(self.trials)} training jobs reported the objective metric "
-                              f"{self.objective['MetricName']!r}" + detail)
+                detail = (f"; {failed[0].name}: "
+                          + self.backend.describe("training", failed[0].name).get("FailureReason", ""))
+            return "Failed", (f"ClientError: none of the {len(self.trials)} training jobs reported the "
+                              f"objective metric {self.objective['MetricName']!r}" + detail)
         if self.completion.converged_at:
             self.persist(convergence_time=self.completion.converged_at)
         return "Completed", None
@@ -632,7 +635,8 @@ class TuningSupervisor(JobSupervisor):
         return ending
 
     def succeeded(self) -> int:
-        return sum(1 for t in self.trials if t.told and t.status in ("Completed", "Stopped") and t.curve_final is not None)
+        return sum(1 for t in self.trials
+                   if t.told and t.status in ("Completed", "Stopped") and t.curve_final is not None)
 
     def poll(self, search, allow_decisions: bool = True) -> None:
         """Read new intermediate values of every running trial; stop losers; finish trials that ended."""

@@ -60,7 +60,8 @@ def main():
     steps = max(1, int(steps.item()))
 
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(x.shape[1], 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).to(device))
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(x.shape[1], 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 1)).to(device))
     opt = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=0.9)
     start_epoch, mean = 0, None
     ckpt = os.path.join(CHECKPOINT_DIR, "checkpoint.pt")
