@@ -23,7 +23,8 @@ Every process the job's launcher starts (one per host, or torchrun / MPI ranks) 
   ``host-<rank>.json`` into the ``smdist-results`` output, uploaded to ``<results prefix>/``.
 * why a record in the log and not only a file: output data is uploaded once, at the end (the local backend
   only for a completed job), while every host's log (CloudWatch, or the local backend's streams) reaches
-  the task on both backends whatever the job's status. The design and its comparison with ``@remote``: docs/remote-function-peers.md.
+  the task on both backends whatever the job's status. The design and its comparison with ``@remote``:
+  docs/remote-function-peers.md.
 * a failing rank prints one line ``SMDIST_FUNCTION_ERROR {json}`` (rank, host, time, exception type,
   message, the traceback's tail) into its host's log, after the full traceback, writes the same record to
   ``errors/rank-<rank>.json`` and the failure file (``/opt/ml/output/failure``, training: its first 1024

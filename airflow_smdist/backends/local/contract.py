@@ -235,7 +235,8 @@ def host_environment(*, request: dict[str, Any], cluster: Cluster, host: Host, p
         "channel_input_dirs": channel_dirs,
         "current_host": host.name,
         "current_instance_group": host.group,
-        "current_instance_group_hosts": next(g["hosts"] for g in cluster.groups if g["instance_group_name"] == host.group),
+        "current_instance_group_hosts": next(g["hosts"] for g in cluster.groups
+                                             if g["instance_group_name"] == host.group),
         "current_instance_type": host.instance_type,
         "distribution_hosts": dist_hosts,
         "distribution_instance_groups": dist_groups,

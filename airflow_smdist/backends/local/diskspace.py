@@ -117,7 +117,8 @@ def _size(st: os.stat_result) -> int:
 def biggest_entries(root: str | os.PathLike[str], n: int = 3, *, max_entries: int = WALK_MAX_ENTRIES,
                     max_seconds: float = WALK_MAX_SECONDS) -> list[tuple[str, int]]:
     """The ``n`` biggest files under ``root`` (path, bytes on disk), biggest first, jobs' reserves left out;
-    links are not followed and other mounts not entered. Bounded: a walk that would take longer looks at what it saw by then."""
+    links are not followed and other mounts not entered. Bounded: a walk that would take longer looks at what it
+    saw by then."""
     root = os.fspath(root)
     try:
         device = os.lstat(root).st_dev

@@ -206,7 +206,8 @@ def setup_namespace(spec: dict[str, Any]) -> None:
     root = "/tmp"  # the host's root file system is a tmpfs mounted here, then pivoted to
     _mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=755")
     _system(root)
-    views = [(path, fd, is_dir, True) for path, fd, is_dir in ro] + [(path, fd, is_dir, False) for path, fd, is_dir in rw]
+    views = ([(path, fd, is_dir, True) for path, fd, is_dir in ro]
+             + [(path, fd, is_dir, False) for path, fd, is_dir in rw])
     for path, fd, is_dir, read_only in sorted(views, key=lambda v: (v[0].count("/"), v[0])):
         _bind(fd, root + path, read_only=read_only, is_dir=is_dir)
         os.close(fd)
