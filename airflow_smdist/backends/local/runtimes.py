@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from airflow_smdist.backends.local import diskspace
+from airflow_smdist.backends.local import diskspace, launcher
 from airflow_smdist.specs.errors import SpecError
 
 RUNTIME_ENV = "SMDIST_LOCAL_RUNTIME"
@@ -240,7 +240,7 @@ def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
         return rt
     dest = Path(job_dir) / "platform"
     dest.mkdir(parents=True, exist_ok=True)
-    package = Path(__file__).resolve().parent.parent.parent
+    package = Path(launcher.provider_code())
     for name, source in PLATFORM_FILES.items():
         shutil.copyfile(package / source, dest / name)
     rt = replace(rt, platform_dir=str(dest))

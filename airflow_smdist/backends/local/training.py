@@ -537,10 +537,10 @@ class TrainingSupervisor(JobSupervisor):
         ran = time.time() - self.try_started
         done = sum(1 for e in self.events[:self.tries] if e.kind == event.kind)
         asked = sum(1 for e in self.events if e.kind == event.kind)
-        what = "interruption(s)" if event.kind == "spot" else "instance failure(s)"
+        one = "interruption" if event.kind == "spot" else "instance failure"
         total = sum(e.after for e in self.events)
-        self.say(f"rehearsal: {done} of {asked} {what} happened: the job ended {ran:.1f} s into try "
-                 f"{self.tries + 1}'s training, before its {what[:-3]} at {event.after:g} s (every one is reached "
+        self.say(f"rehearsal: {done} of {asked} {one}(s) happened: the job ended {ran:.1f} s into try "
+                 f"{self.tries + 1}'s training, before its {one} at {event.after:g} s (every one is reached "
                  f"when the job trains longer than they add up to, {total:g} s, or ask for earlier ones)")
 
     def over_limit(self, started: float) -> tuple[str, str, str | None] | None:
