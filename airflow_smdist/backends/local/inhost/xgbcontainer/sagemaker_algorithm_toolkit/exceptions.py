@@ -3,18 +3,20 @@
 three kinds of error, each with ``message`` and ``caused_by``; the message is the one given, else the cause's,
 with `` (caused by <cause's class>)`` when there is a cause."""
 
+from __future__ import annotations
+
 
 class BaseToolkitError(Exception):
     """An error that ends an algorithm: AlgorithmError, UserError or PlatformError."""
 
-    def __init__(self, message=None, caused_by=None):
+    def __init__(self, message: str | None = None, caused_by: BaseException | None = None) -> None:
         text = self._format_exception_message(message, caused_by)
         super().__init__(text)
         self.message = text
         self.caused_by = caused_by
 
     @staticmethod
-    def _format_exception_message(message, caused_by):
+    def _format_exception_message(message: str | None, caused_by: BaseException | None) -> str:
         if message:
             text = message
         elif caused_by:

@@ -23,6 +23,8 @@ down (the container waits for the tracker, which would wait for the hosts still 
 ends the job's other hosts when one fails); and each host says on stderr which ring it joined, with its rank.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import socket
@@ -30,13 +32,31 @@ import struct
 import sys
 import time
 
+TYPE_CHECKING = False  # typing's own, without importing typing at run time (mypy reads it so)
+if TYPE_CHECKING:
+    from types import ModuleType, TracebackType
+    from typing import Any, Callable, Protocol
+
+    from typing_extensions import TypeIs
+    from xgboost.tracker import RabitTracker
+
+    class _PythonTracker(Protocol):
+        """xgboost 1.x's Python ``xgboost.tracker.RabitTracker`` (a thread), which the installed xgboost's
+        annotations (2.x+, the C++ tracker) do not describe."""
+
+        def worker_envs(self) -> dict[str, str | int]: ...
+
+        def start(self, n_workers: int) -> None: ...
+
+        def join(self) -> None: ...
+
 LOCAL_HOSTNAME = "127.0.0.1"
 DEFAULT_PORT = 9099
 #: the tracker protocol's magic number (xgboost/tracker.py, rabit)
 _MAGIC = 0xFF99
 
 
-def _dns_lookup(host):
+def _dns_lookup(host: str) -> str:
     """``socket.gethostbyname`` of ``host``, retried as the container does (exponential wait from 100 ms, at most
     30 s apart, for up to 15 minutes)."""
     deadline, wait = time.time() + 15 * 60, 0.1
@@ -50,14 +70,16 @@ def _dns_lookup(host):
             wait = min(wait * 2, 30.0)
 
 
-def wait_hostname_resolution(sm_hosts):
+def wait_hostname_resolution(sm_hosts: list[str]) -> None:
     """Wait until every host of the cluster resolves (a cluster's names come up as it boots)."""
     for host in sm_hosts:
         _dns_lookup(host)
 
 
-def rabit_run(exec_fun, args, include_in_training, hosts, current_host, first_port=None, second_port=None,
-              max_connect_attempts=None, connect_retry_timeout=3, update_rabit_args=False):
+def rabit_run(exec_fun: Callable[..., object], args: dict[str, Any], include_in_training: bool, hosts: list[str],
+              current_host: str, first_port: int | None = None, second_port: int | None = None,
+              max_connect_attempts: int | None = None, connect_retry_timeout: float = 3,
+              update_rabit_args: bool = False) -> None:
     """Run ``exec_fun(**args)`` after initializing Rabit (see the module docstring).
 
     :param exec_fun: what to run in the ring (``xgb.train`` must run in this process to use it)
@@ -97,13 +119,13 @@ def rabit_run(exec_fun, args, include_in_training, hosts, current_host, first_po
         raise RuntimeError("No hosts received training data.")
 
 
-def _collective():
+def _collective() -> ModuleType:
     from xgboost import collective
 
     return collective
 
 
-def _xgboost_major():
+def _xgboost_major() -> int:
     import xgboost
 
     return int(xgboost.__version__.split(".")[0])
@@ -113,14 +135,14 @@ class RabitHelper(object):
     """What :class:`Rabit` returns: ``is_master``, ``rank``, ``current_host``, ``master_port`` and
     :meth:`synchronize`."""
 
-    def __init__(self, is_master, current_host, master_port, distributed=True):
+    def __init__(self, is_master: bool, current_host: str, master_port: int, distributed: bool = True) -> None:
         self.is_master = is_master
         self.current_host = current_host
         self.master_port = master_port
         self.rank = _collective().get_rank() if distributed else 0
         self.world_size = _collective().get_world_size() if distributed else 1
 
-    def synchronize(self, data):
+    def synchronize(self, data: Any) -> list[Any]:
         """Every host's ``data`` (JSON-serializable), in rank order: each rank broadcasts its own in turn."""
         if self.world_size == 1:
             return [data]
@@ -140,12 +162,13 @@ class Rabit(object):
     """Context manager for one Rabit ring (see the module docstring)."""
 
     @staticmethod
-    def _get_logger(current_host):
+    def _get_logger(current_host: str) -> logging.Logger:
         logging.basicConfig(format="%(name)s [{}]: %(message)s".format(current_host))
         return logging.getLogger("RabitContextManager")
 
-    def __init__(self, hosts, current_host=None, master_host=None, port=None, max_connect_attempts=None,
-                 connect_retry_timeout=3):
+    def __init__(self, hosts: list[str], current_host: str | None = None, master_host: str | None = None,
+                 port: int | None = None, max_connect_attempts: int | None = None,
+                 connect_retry_timeout: float = 3) -> None:
         """:param hosts: the ring's hostnames
         :param current_host: this host (127.0.0.1 when not given)
         :param master_host: the tracker's host (the first of the sorted hosts when not given)
@@ -177,11 +200,11 @@ class Rabit(object):
         else:
             raise ValueError("max_connect_attempts must be None or an integer greater than 0.")
         self.connect_retry_timeout = connect_retry_timeout
-        self.rabit_context = None
+        self.rabit_context: RabitTracker | _PythonTracker | None = None
         self._joined = False
 
     # -- starting ---------------------------------------------------------------------------------------------
-    def start(self):
+    def start(self) -> RabitHelper:
         """Start the tracker on the master host, wait for it from every host, join the ring; a
         :class:`RabitHelper` of this host's place in it."""
         self.rabit_context = None
@@ -213,20 +236,24 @@ class Rabit(object):
         self.logger.debug("Executing user code")
         return helper
 
-    def _start_tracker(self, major, tracker_ip):
+    def _start_tracker(self, major: int, tracker_ip: str) -> RabitTracker | _PythonTracker:
         from xgboost.tracker import RabitTracker
 
         if major < 2:  # the Python tracker: its thread accepts the workers (start(n)), join() waits for their end
-            tracker = RabitTracker(host_ip=tracker_ip, n_workers=self.n_workers, port=self.port, sortby="task")
-            self.logger.info("Rabit slave environment: {}".format(tracker.worker_envs()))
-            tracker.start(self.n_workers)
+            # (xgboost 1.x's class, which the annotations of the xgboost type-checked here, 2.x+, do not describe)
+            python_tracker_class: Any = RabitTracker
+            python_tracker: _PythonTracker = python_tracker_class(host_ip=tracker_ip, n_workers=self.n_workers,
+                                                                  port=self.port, sortby="task")
+            self.logger.info("Rabit slave environment: {}".format(python_tracker.worker_envs()))
+            python_tracker.start(self.n_workers)
+            return python_tracker
         else:  # the C++ tracker
             tracker = RabitTracker(n_workers=self.n_workers, host_ip=tracker_ip, port=self.port, sortby="task")
             tracker.start()
             self.logger.info("Rabit slave environment: {}".format(tracker.worker_args()))
         return tracker
 
-    def _wait_for_tracker(self, major):
+    def _wait_for_tracker(self, major: int) -> None:
         attempt = 0
         while self.max_connect_attempts is None or attempt < self.max_connect_attempts:
             self.logger.debug("Checking if RabitTracker is available.")
@@ -240,7 +267,7 @@ class Rabit(object):
         self.logger.error("Failed to connect to Rabit Tracker after %s attempts", self.max_connect_attempts)
         raise Exception("Failed to connect to Rabit Tracker")
 
-    def _reach_tracker(self, major):
+    def _reach_tracker(self, major: int) -> bool:
         """Whether the tracker answers: xgboost 1.x's Python tracker reads a whole request from every connection
         (a bare connection stalls it), so the probe is the protocol's ``print`` command, which it prints; the
         C++ tracker of xgboost 2+ takes a bare connection."""
@@ -258,7 +285,7 @@ class Rabit(object):
             return False
 
     # -- stopping ---------------------------------------------------------------------------------------------
-    def stop(self, failed=False):
+    def stop(self, failed: bool = False) -> None:
         """Leave the ring (the tracker ends when every host has); the master waits for its tracker. After an
         exception, nothing is waited for (see the module docstring)."""
         self.logger.debug("Shutting down parameter server.")
@@ -269,20 +296,26 @@ class Rabit(object):
         tracker, self.rabit_context = self.rabit_context, None
         if tracker is None:
             return
-        if hasattr(tracker, "wait_for"):
+        if _is_cpp_tracker(tracker):
             tracker.wait_for()
             tracker.free()
         else:
             tracker.join()
 
-    def __enter__(self):
+    def __enter__(self) -> RabitHelper:
         return self.start()
 
-    def __exit__(self, exc_type, exc_value, exc_traceback):
+    def __exit__(self, exc_type: type[BaseException] | None, exc_value: BaseException | None,
+                 exc_traceback: TracebackType | None) -> None:
         self.stop(failed=exc_type is not None and not issubclass(exc_type, SystemExit))
 
 
-def _recv(sock, n):
+def _is_cpp_tracker(tracker: RabitTracker | _PythonTracker) -> TypeIs[RabitTracker]:
+    """Whether ``tracker`` is xgboost 2+'s C++ tracker (``wait_for``, ``free``), not 1.x's Python thread."""
+    return hasattr(tracker, "wait_for")
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:
         chunk = sock.recv(n - len(data))
@@ -292,6 +325,6 @@ def _recv(sock, n):
     return data
 
 
-def _string(text):
+def _string(text: str) -> bytes:
     raw = text.encode()
     return struct.pack("@i", len(raw)) + raw
