@@ -14,6 +14,8 @@ Not here: Pipe mode and recordio-protobuf, which the container reads with mlio (
 not on PyPI: the runtime leaves it out); both raise a UserError that says so.
 """
 
+from __future__ import annotations
+
 import csv
 import logging
 import os
@@ -24,6 +26,20 @@ from email.message import Message
 from sagemaker_algorithm_toolkit import exceptions as exc
 
 from .constants import xgb_content_types
+
+TYPE_CHECKING = False  # typing's own, without importing typing at run time (mypy reads it so)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn, Protocol
+
+    import xgboost
+
+    class _XGBoost(Protocol):
+        """The ``xgboost`` module, its DMatrix typed (``__version__`` through ``__getattr__``: mypy matches no
+        module's dunder attribute to a protocol's)."""
+
+        DMatrix: type[xgboost.DMatrix]
+
+        def __getattr__(self, name: str) -> Any: ...
 
 BATCH_SIZE = 4000
 
@@ -51,27 +67,30 @@ _NO_MLIO = ("{what} is not emulated by airflow-smdist's local backend (the image
             "on PyPI): use File mode with text/csv, text/libsvm or application/x-parquet")
 
 
-def _get_invalid_content_type_error_msg(invalid_content_type):
+def _get_invalid_content_type_error_msg(invalid_content_type: str) -> str:
     return INVALID_CONTENT_TYPE_ERROR.format(invalid_content_type=invalid_content_type)
 
 
-def _get_invalid_libsvm_error_msg(line_snippet, file_name):
+def _get_invalid_libsvm_error_msg(line_snippet: str, file_name: str) -> str:
     return INVALID_CONTENT_FORMAT_ERROR.format(line_snippet=line_snippet, file_name=file_name, content_type="LIBSVM")
 
 
-def _get_invalid_csv_error_msg(line_snippet, file_name):
+def _get_invalid_csv_error_msg(line_snippet: str, file_name: str) -> str:
     return INVALID_CONTENT_FORMAT_ERROR.format(line_snippet=line_snippet, file_name=file_name, content_type="CSV")
 
 
-def _parse_header(value):
+def _parse_header(value: str) -> tuple[str, dict[str, str]]:
     """``cgi.parse_header`` (gone in Python 3.13): the main value and its ``;key=value`` parameters."""
     message = Message()
     message["content-type"] = value
-    params = {k.lower(): v for k, v in message.get_params()[1:]}
-    return message.get_params()[0][0].strip().lower(), params
+    pairs = message.get_params()
+    if pairs is None:  # only without a content-type header, which the line above sets
+        raise ValueError("no content type")
+    params = {k.lower(): v for k, v in pairs[1:]}
+    return pairs[0][0].strip().lower(), params
 
 
-def get_content_type(content_type_cfg_val):
+def get_content_type(content_type_cfg_val: str | None) -> str:
     """The content type of a channel's ContentType: ``libsvm`` (also when None), ``csv`` (``label_size`` must be
     1), ``parquet`` or ``recordio-protobuf``; anything else is a UserError."""
     if content_type_cfg_val is None:
@@ -92,7 +111,7 @@ def get_content_type(content_type_cfg_val):
     raise exc.UserError(_get_invalid_content_type_error_msg(content_type_cfg_val))
 
 
-def _is_data_file(file_path, file_name):
+def _is_data_file(file_path: str, file_name: str) -> bool:
     """A file, not hidden (``.``/``_`` first), not one of xgboost's ``dtrain``/``dval`` cache files."""
     if not os.path.isfile(os.path.join(file_path, file_name)):
         return False
@@ -103,7 +122,7 @@ def _is_data_file(file_path, file_name):
     return True
 
 
-def _get_csv_delimiter(sample_csv_line):
+def _get_csv_delimiter(sample_csv_line: str) -> str:
     try:
         delimiter = csv.Sniffer().sniff(sample_csv_line).delimiter
         logging.info("Determined delimiter of CSV input is '{}'".format(delimiter))
@@ -112,7 +131,7 @@ def _get_csv_delimiter(sample_csv_line):
     return delimiter
 
 
-def _is_valid_libsvm_label(libsvm_label):
+def _is_valid_libsvm_label(libsvm_label: str) -> bool:
     """``<label>`` or ``<label>:<instance weight>``, numbers."""
     parts = libsvm_label.split(":")
     if len(parts) > 2:
@@ -124,7 +143,7 @@ def _is_valid_libsvm_label(libsvm_label):
     return True
 
 
-def _get_num_valid_libsvm_features(libsvm_line):
+def _get_num_valid_libsvm_features(libsvm_line: str) -> int:
     """How many ``<index>:<value>`` features a LIBSVM line has; -1 when it is not LIBSVM."""
     split_line = libsvm_line.split(" ")
     if not _is_valid_libsvm_label(split_line[0]):
@@ -141,13 +160,13 @@ def _get_num_valid_libsvm_features(libsvm_line):
     return count
 
 
-def _validate_csv_format(file_path):
+def _validate_csv_format(file_path: str) -> None:
     """The first line's delimiter can be sniffed (xgboost validates the rest)."""
     with open(file_path, "r", errors="ignore") as read_file:
         _get_csv_delimiter(read_file.readline())
 
 
-def _validate_libsvm_format(file_path):
+def _validate_libsvm_format(file_path: str) -> None:
     """The first line with features is LIBSVM (xgboost validates the rest)."""
     with open(file_path, "r", errors="ignore") as read_file:
         for line in read_file:
@@ -161,7 +180,7 @@ def _validate_libsvm_format(file_path):
         file_path.split("/")[-1]))
 
 
-def validate_data_file_path(data_path, content_type):
+def validate_data_file_path(data_path: str, content_type: str | None) -> None:
     """Check the first lines of the data files under ``data_path`` (its first leaf directory) for ``content_type``."""
     parsed = get_content_type(content_type)
     if not os.path.exists(data_path):
@@ -183,13 +202,13 @@ def validate_data_file_path(data_path, content_type):
             _validate_libsvm_format(path)
 
 
-def _xgb():
+def _xgb() -> _XGBoost:
     import xgboost as xgb
 
     return xgb
 
 
-def _get_csv_dmatrix_file_mode(files_path, csv_weights):
+def _get_csv_dmatrix_file_mode(files_path: str, csv_weights: int) -> xgboost.DMatrix:
     """CSV files (label first; weight second with ``csv_weights=1``), the delimiter sniffed from the first line."""
     csv_file = (files_path if os.path.isfile(files_path)
                 else [f for f in os.listdir(files_path) if os.path.isfile(os.path.join(files_path, f))][0])
@@ -202,14 +221,14 @@ def _get_csv_dmatrix_file_mode(files_path, csv_weights):
         raise exc.UserError("Failed to load csv data with exception:\n{}".format(e)) from e
 
 
-def get_csv_dmatrix(path, csv_weights, is_pipe=False):
+def get_csv_dmatrix(path: str, csv_weights: int, is_pipe: bool = False) -> xgboost.DMatrix:
     """A DMatrix of CSV data in ``path`` (a file or directory); Pipe mode is not emulated (UserError)."""
     if is_pipe:
         raise exc.UserError(_NO_MLIO.format(what="Pipe mode"))
     return _get_csv_dmatrix_file_mode(path, csv_weights)
 
 
-def get_libsvm_dmatrix(files_path, is_pipe=False):
+def get_libsvm_dmatrix(files_path: str | None, is_pipe: bool = False) -> xgboost.DMatrix:
     """A DMatrix of the LIBSVM data in ``files_path`` (a file or directory); no Pipe mode, as in the container."""
     if is_pipe:
         raise exc.UserError("Pipe mode not supported for LibSVM.")
@@ -221,7 +240,7 @@ def get_libsvm_dmatrix(files_path, is_pipe=False):
         raise exc.UserError("Failed to load libsvm data with exception:\n{}".format(e)) from e
 
 
-def get_parquet_dmatrix(path, is_pipe=False):
+def get_parquet_dmatrix(path: str, is_pipe: bool = False) -> xgboost.DMatrix:
     """A DMatrix of the parquet data in ``path`` (label first); Pipe mode is not emulated (UserError)."""
     if is_pipe:
         raise exc.UserError(_NO_MLIO.format(what="Pipe mode"))
@@ -234,12 +253,12 @@ def get_parquet_dmatrix(path, is_pipe=False):
         raise exc.UserError("Failed to load parquet data with exception:\n{}".format(e)) from e
 
 
-def get_recordio_protobuf_dmatrix(path, is_pipe=False):
+def get_recordio_protobuf_dmatrix(path: str, is_pipe: bool = False) -> NoReturn:
     """recordio-protobuf: not emulated (UserError)."""
     raise exc.UserError(_NO_MLIO.format(what="recordio-protobuf input"))
 
 
-def _get_pipe_mode_files_path(data_path):
+def _get_pipe_mode_files_path(data_path: str | list[str]) -> list[str] | None:
     if isinstance(data_path, list):
         return data_path
     if not os.path.exists(f"{data_path}_0"):
@@ -248,13 +267,13 @@ def _get_pipe_mode_files_path(data_path):
     return [data_path]
 
 
-def _make_symlink(path, source_path, name):
+def _make_symlink(path: str, source_path: str, name: str) -> None:
     file_name = os.path.join(source_path, name) + str(hash(path))
     logging.info(f"creating symlink between Path {path} and destination {file_name}")
     os.symlink(path, file_name)
 
 
-def _make_symlinks_from_a_folder(dest_path, data_path, depth):
+def _make_symlinks_from_a_folder(dest_path: str, data_path: str, depth: int) -> None:
     if depth > MAX_FOLDER_DEPTH:
         raise exc.UserError(f"Folder depth exceed the limit: {MAX_FOLDER_DEPTH}.")
     if os.path.isfile(data_path):
@@ -268,7 +287,7 @@ def _make_symlinks_from_a_folder(dest_path, data_path, depth):
             _make_symlinks_from_a_folder(dest_path, item.path, depth + 1)
 
 
-def _make_symlinks_from_a_folder_with_warning(dest_path, data_path):
+def _make_symlinks_from_a_folder_with_warning(dest_path: str, data_path: str) -> None:
     """Link ``data_path`` (a file, or a directory's files down to MAX_FOLDER_DEPTH) into ``dest_path``; deeper
     files are left, with a warning."""
     if not os.path.exists(dest_path) or not os.path.exists(data_path):
@@ -284,7 +303,7 @@ def _make_symlinks_from_a_folder_with_warning(dest_path, data_path):
                             f" Please adjust the folder structure accordingly.")
 
 
-def _input_data_dir():
+def _input_data_dir() -> str:
     """The container's ``/tmp/sagemaker_xgboost_input_data``: a host's own /tmp in a namespaced host; where the
     hosts share this machine's /tmp (the base directory is not /opt/ml), one per host."""
     base = os.path.join(tempfile.gettempdir(), "sagemaker_xgboost_input_data")
@@ -293,7 +312,7 @@ def _input_data_dir():
     return base
 
 
-def _get_file_mode_files_path(data_path):
+def _get_file_mode_files_path(data_path: str | list[str]) -> str | None:
     """One directory linking every input file (xgboost reads a directory's files as one data set)."""
     logging.info("File path {} of input files".format(data_path))
     files_path = _input_data_dir()
@@ -310,10 +329,13 @@ def _get_file_mode_files_path(data_path):
     return files_path
 
 
-def get_dmatrix(data_path, content_type, csv_weights=0, is_pipe=False):
+def get_dmatrix(data_path: str | list[str], content_type: str, csv_weights: int = 0,
+                is_pipe: bool = False) -> xgboost.DMatrix | None:
     """A DMatrix of ``data_path`` (a file, a directory, or a list of them) in ``content_type`` (``csv``,
     ``libsvm``, ``parquet``, ``recordio-protobuf``)."""
-    files_path = _get_pipe_mode_files_path(data_path) if is_pipe else _get_file_mode_files_path(data_path)
+    # a directory (File mode; None where data_path does not exist) or Pipe mode's pipes: each reader below refuses
+    # Pipe mode before it reads the path, and a missing path fails as in the container (for CSV, os.stat's TypeError)
+    files_path: Any = _get_pipe_mode_files_path(data_path) if is_pipe else _get_file_mode_files_path(data_path)
     logging.info(f"files path: {files_path}")
     kind = content_type.lower()
     dmatrix = None
@@ -334,7 +356,7 @@ def get_dmatrix(data_path, content_type, csv_weights=0, is_pipe=False):
     return dmatrix
 
 
-def get_size(data_path, is_pipe=False):
+def get_size(data_path: str, is_pipe: bool = False) -> int:
     """The bytes of data under ``data_path`` (1 for a Pipe-mode pipe; a hidden file is a UserError)."""
     if is_pipe and os.path.exists(f"{data_path}_0"):
         logging.info(f"Pipe path {data_path} found.")
@@ -353,7 +375,7 @@ def get_size(data_path, is_pipe=False):
     return total
 
 
-def check_data_redundancy(train_path, validate_path):
+def check_data_redundancy(train_path: str, validate_path: str) -> None:
     """Warn of files with one name and size in both the training and validation directories."""
     if not os.path.exists(train_path):
         raise exc.UserError("training data's path is not existed")
