@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
 import json
 import logging
 import os
@@ -46,6 +47,15 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import xgboost as xgb
+    from xgboost import collective
+    from xgboost.callback import TrainingCallback
+    from xgboost.tracker import RabitTracker
 
 logger = logging.getLogger("sagemaker_xgboost_container")
 
@@ -143,10 +153,11 @@ for _cls in (BaseToolkitError, AlgorithmError, UserError, PlatformError):
 class Interval:
     """A numeric range; ``str()`` as the toolkit prints it: ``[0, 1]``, ``(0, 1]``, ``[1, +inf)``."""
 
-    def __init__(self, min_open=None, min_closed=None, max_open=None, max_closed=None) -> None:
+    def __init__(self, min_open: float | None = None, min_closed: float | None = None,
+                 max_open: float | None = None, max_closed: float | None = None) -> None:
         self.min_open, self.min_closed, self.max_open, self.max_closed = min_open, min_closed, max_open, max_closed
 
-    def __contains__(self, value) -> bool:
+    def __contains__(self, value: float) -> bool:
         return not ((self.min_open is not None and value <= self.min_open)
                     or (self.min_closed is not None and value < self.min_closed)
                     or (self.max_open is not None and value >= self.max_open)
@@ -170,10 +181,10 @@ class RangeValidator:
     """``@hpv.range_validator(CATEGORIES)``: membership decided by ``check(categories, value)``, printed as the
     category list."""
 
-    def __init__(self, categories: list, check: Callable[[list, Any], bool]) -> None:
+    def __init__(self, categories: list[str], check: Callable[[list[str], str], bool]) -> None:
         self.categories, self.check = categories, check
 
-    def __contains__(self, value) -> bool:
+    def __contains__(self, value: str) -> bool:
         return self.check(self.categories, value)
 
     def __str__(self) -> str:
@@ -186,23 +197,23 @@ class Hyperparameter:
     range: Any = None
     required: bool = False
     dependencies: tuple[str, ...] = ()
-    depends: Callable[[Any, dict], None] | None = None  # raises UserError
+    depends: Callable[[Any, dict[str, Any]], None] | None = None  # raises UserError
 
-    def parse(self, value):
+    def parse(self, value: Any) -> Any:
         return value
 
-    def validate_range(self, value) -> None:
+    def validate_range(self, value: Any) -> None:
         if self.range is not None and value not in self.range:
             raise UserError(f"Hyperparameter {self.name}: {value} is not in {self.range}")
 
 
 class IntegerHyperparameter(Hyperparameter):
-    def parse(self, value):
+    def parse(self, value: Any) -> int:
         return int(value)
 
 
 class ContinuousHyperparameter(Hyperparameter):
-    def parse(self, value):
+    def parse(self, value: Any) -> float:
         return float(value)
 
 
@@ -211,31 +222,31 @@ class CategoricalHyperparameter(Hyperparameter):
 
 
 class CommaSeparatedListHyperparameter(Hyperparameter):
-    def parse(self, value):
+    def parse(self, value: str) -> list[str]:
         return value.split(",")
 
-    def validate_range(self, value) -> None:
+    def validate_range(self, value: list[str]) -> None:
         if any(v not in self.range for v in value):
             raise UserError(f"Hyperparameter {self.name}: value {value} not in range {self.range}")
 
 
 class TupleHyperparameter(Hyperparameter):
-    def parse(self, value):
+    def parse(self, value: Any) -> tuple[Any, ...]:
         if isinstance(value, tuple):
             return value
         parsed = ast.literal_eval(value)  # the toolkit eval()s; a literal is all it can mean
         return tuple(parsed) if isinstance(parsed, (list, tuple)) else (parsed,)
 
-    def validate_range(self, value) -> None:
+    def validate_range(self, value: tuple[Any, ...]) -> None:
         if any(v not in self.range for v in value):
             raise UserError(f"Hyperparameter {self.name}: value {value} not in range {self.range}")
 
 
 class NestedListHyperparameter(Hyperparameter):
-    def parse(self, value):
+    def parse(self, value: Any) -> Any:
         return ast.literal_eval(value) if isinstance(value, str) else value
 
-    def validate_range(self, value) -> None:
+    def validate_range(self, value: Any) -> None:
         if any(element not in self.range for outer in value for element in outer):
             raise UserError(f"Hyperparameter {self.name}: value {value} not in range {self.range}")
 
@@ -255,7 +266,7 @@ class Hyperparameters:
         return self.hyperparameters[name]
 
     def validate(self, user_hyperparameters: dict[str, Any]) -> dict[str, Any]:
-        user = {}
+        user: dict[str, Any] = {}
         for key, value in user_hyperparameters.items():
             name = self.aliases.get(key, key)
             if name in user:
@@ -264,13 +275,13 @@ class Hyperparameters:
         for name, hp in self.hyperparameters.items():
             if name not in user and hp.required:
                 raise UserError(f"Missing required hyperparameter: {name}")
-        converted = {}
+        converted: dict[str, Any] = {}
         for name, value in user.items():
-            hp = self.hyperparameters.get(name)
-            if hp is None:
+            spec = self.hyperparameters.get(name)
+            if spec is None:
                 raise UserError(f"Extraneous hyperparameter found: {name}")
             try:
-                converted[name] = hp.parse(value)
+                converted[name] = spec.parse(value)
             except (ValueError, SyntaxError, TypeError) as e:
                 raise UserError(f"Hyperparameter {name}: could not parse value", caused_by=e) from None
         for name, value in converted.items():
@@ -312,13 +323,13 @@ def metric_names() -> list[str]:
 
 
 # -- the dependency checks of hyperparameter_specs (algorithm_mode/hyperparameter_validation.py) --------------
-def _tree_method_check(categories, value):
+def _tree_method_check(categories: list[str], value: str) -> bool:
     if "gpu" in value:
         raise UserError("GPU training is not supported by the local backend (it has no GPU): "
                         "use tree_method 'hist', 'approx' or 'exact'.")
     return value in categories
 
-def _updater_depends(value, deps):
+def _updater_depends(value: list[str], deps: dict[str, Any]) -> None:
     tree = ["grow_colmaker", "distcol", "grow_histmaker", "grow_local_histmaker", "grow_skmaker", "sync",
             "refresh", "prune", "grow_quantile_histmaker"]
     tree_build = ["grow_colmaker", "distcol", "grow_histmaker", "grow_local_histmaker", "grow_colmaker",
@@ -341,11 +352,11 @@ def _updater_depends(value, deps):
                             "following: 'grow_colmaker', 'distcol', 'grow_histmaker', "
                             "'grow_local_histmaker', 'grow_skmaker'")
 
-def _objective_depends(value, deps):
+def _objective_depends(value: str, deps: dict[str, Any]) -> None:
     if value in ("multi:softmax", "multi:softprob") and deps.get("num_class") is None:
         raise UserError("Require input for parameter 'num_class' for multi-classification")
 
-def _eval_metric_check(supported, metric):
+def _eval_metric_check(supported: list[str], metric: str) -> bool:
     if "<function" in metric:
         raise UserError(f"User defined evaluation metric {metric} is not supported yet.")
     if "@" in metric:
@@ -360,17 +371,17 @@ def _eval_metric_check(supported, metric):
         return True
     return metric in supported
 
-def _eval_metric_depends(value, deps):
+def _eval_metric_depends(value: list[str], deps: dict[str, Any]) -> None:
     objective = deps.get("objective", "reg:squarederror")  # the container reads it unconditionally
     if "auc" in value and not objective.startswith(("binary:", "rank:")):
         raise UserError("Metric 'auc' can only be applied for classification and ranking problems.")
 
-def _monotone_depends(value, deps):
+def _monotone_depends(value: tuple[Any, ...] | None, deps: dict[str, Any]) -> None:
     if value is not None and deps.get("tree_method") not in ("exact", "hist"):
         raise UserError("monotone_constraints can be used only when the tree_method parameter is set to "
                         "either 'exact' or 'hist'.")
 
-def _interaction_depends(value, deps):
+def _interaction_depends(value: Any, deps: dict[str, Any]) -> None:
     if value is not None and deps.get("tree_method") not in ("exact", "hist", "approx"):
         raise UserError("interaction_constraints can be used only when the tree_method parameter is set to "
                         "either 'exact', 'hist' or 'approx'.")
@@ -382,7 +393,7 @@ def hyperparameter_specs() -> Hyperparameters:
     H, I, C, K, L = (Hyperparameters, IntegerHyperparameter, ContinuousHyperparameter,  # noqa: E741
                      CategoricalHyperparameter, CommaSeparatedListHyperparameter)
 
-    def unit(**kw):
+    def unit(**kw: float) -> Interval:
         return Interval(**kw)
 
     hps = H(
@@ -489,7 +500,8 @@ class TrainConfig:
         return m.split("@")[0] in XGB_MAXIMIZE_METRICS
 
 
-def eval_metrics(tuning_objective_metric: str | None, eval_metric: list[str] | None):
+def eval_metrics(tuning_objective_metric: str | None,
+                 eval_metric: list[str] | None) -> tuple[list[str] | None, list[str], list[str] | None]:
     """train_utils.get_eval_metrics_and_feval: (xgboost's metrics, the container's custom ones, the tuning
     objective's metric names). With both given, the union is sorted so every host asks for the same list."""
     tuning = None
@@ -498,6 +510,7 @@ def eval_metrics(tuning_objective_metric: str | None, eval_metric: list[str] | N
     if tuning is None and eval_metric is None:
         return None, [], None
     if tuning is None:
+        assert eval_metric is not None  # (both None returned above)
         union = list(eval_metric)
     elif eval_metric is None:
         union = list(tuning)
@@ -520,7 +533,7 @@ def training_config(validated: dict[str, Any]) -> TrainConfig:
         elif cfg.get("eval_metric"):
             metric = cfg["eval_metric"][-1]
     params: dict[str, Any] = {}
-    dropped = []
+    dropped: list[str] = []
     for key, value in cfg.items():
         if key in _NOT_XGB_PARAMS:
             continue
@@ -541,10 +554,10 @@ def training_config(validated: dict[str, Any]) -> TrainConfig:
 
 
 # ---- channels (sagemaker_algorithm_toolkit.channel_validation + algorithm_mode/channel_validation.py) ------------
-def validate_channels(user_channels: dict[str, dict]) -> dict[str, dict]:
+def validate_channels(user_channels: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """``train`` required, ``validation`` and ``code`` optional, ContentType default text/libsvm, and only the
     (content type, input mode, distribution) combinations the container declares."""
-    supported: dict[str, set] = {"train": set(), "validation": set(),
+    supported: dict[str, set[tuple[str, str, str]]] = {"train": set(), "validation": set(),
                                  "code": {("text/python", "File", "FullyReplicated")}}
     for name in ("train", "validation"):
         for ct in VALID_CONTENT_TYPES:
@@ -555,7 +568,7 @@ def validate_channels(user_channels: dict[str, dict]) -> dict[str, dict]:
                 supported[name].add((ct, "Pipe", dist))
     if "train" not in user_channels:
         raise UserError("Missing required channel: train")
-    validated = {}
+    validated: dict[str, dict[str, Any]] = {}
     for channel, value in user_channels.items():
         if channel not in supported:
             raise UserError(f"Extraneous channel found: {channel}")
@@ -682,7 +695,8 @@ def validate_data_files(files: list[str], content_type: str) -> None:
                                    "features. Accepting simple validation.")
 
 
-def load_csv(files: list[str], csv_weights: int = 0):
+def load_csv(files: list[str], csv_weights: int = 0) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32],
+                                                             npt.NDArray[np.float32] | None, None] | None:
     """(features, label, weight): the label in the first column, no header; ``csv_weights=1``: weight second."""
     import numpy as np
 
@@ -714,7 +728,8 @@ def load_csv(files: list[str], csv_weights: int = 0):
     return data[:, 1:], data[:, 0], None, None
 
 
-def load_libsvm(files: list[str]):
+def load_libsvm(files: list[str]) -> tuple[Any, npt.NDArray[np.float32], npt.NDArray[np.float32] | None,
+                                           npt.NDArray[Any] | None] | None:
     """(CSR features, label, weight or None, qid or None): ``<label>[:<weight>] <index>:<value> ...``, zero-based
     indices, ``qid:<n>`` for ranking."""
     import numpy as np
@@ -752,13 +767,14 @@ def load_libsvm(files: list[str]):
             np.asarray(qids) if qids and len(qids) == len(labels) else None)
 
 
-def get_dmatrix(data_path: str, content_type: str, csv_weights: int = 0):
+def get_dmatrix(data_path: str, content_type: str, csv_weights: int = 0) -> xgb.DMatrix | None:
     """data_utils.get_dmatrix for File mode: every data file of the channel in one DMatrix."""
     import xgboost as xgb
 
     files = data_files(data_path)
     if not files:
         return None
+    loaded: tuple[Any, npt.NDArray[np.float32], npt.NDArray[np.float32] | None, npt.NDArray[Any] | None] | None
     if content_type == CSV:
         loaded = load_csv(files, csv_weights)
     elif content_type == LIBSVM:
@@ -771,16 +787,17 @@ def get_dmatrix(data_path: str, content_type: str, csv_weights: int = 0):
     return xgb.DMatrix(X, label=y, weight=w, qid=qid)
 
 
-def get_validated_dmatrices(train_path, validate_path, content_type, csv_weights=0):
+def get_validated_dmatrices(train_path: str, validate_path: str | None, content_type: str,
+                            csv_weights: int = 0) -> tuple[xgb.DMatrix | None, xgb.DMatrix | None]:
     train_size = get_size(train_path)
     val_size = get_size(validate_path)
     logger.debug(f"File size need to be processed in the node: {round((train_size + val_size) / 1048576, 2)}mb.")
     if train_size > 0:
         validate_data_files(data_files(train_path), content_type)
-    if val_size > 0:
+    if val_size > 0 and validate_path is not None:  # (get_size is 0 for None)
         validate_data_files(data_files(validate_path), content_type)
     train = get_dmatrix(train_path, content_type, csv_weights) if train_size > 0 else None
-    val = get_dmatrix(validate_path, content_type, csv_weights) if val_size > 0 else None
+    val = get_dmatrix(validate_path, content_type, csv_weights) if val_size > 0 and validate_path is not None else None
     return train, val
 
 
@@ -798,15 +815,19 @@ def check_data_redundancy(train_path: str, validate_path: str) -> None:
 
 
 # ---- the container's metrics ------------------------------------------------------------------------------------
-def _class_predictions(predt, labels):
+def _class_predictions(predt: npt.NDArray[Any], labels: npt.NDArray[Any]) -> npt.NDArray[Any]:
     import numpy as np
 
+    # (numpy's annotations type argmax along an axis, and round of a dtype[Any] array, as Any)
     if predt.ndim == 2:
-        return np.argmax(predt, axis=1).astype(labels.dtype)
-    return np.round(np.clip(predt, 0, None)).astype(labels.dtype)  # probabilities (binary) or class ids (softmax)
+        class_ids: npt.NDArray[np.intp] = np.argmax(predt, axis=1)
+        return class_ids.astype(labels.dtype)
+    rounded: npt.NDArray[Any] = np.round(np.clip(predt, 0, None))  # probabilities (binary) or class ids (softmax)
+    return rounded.astype(labels.dtype)
 
 
-def _per_class(y_true, y_pred):
+def _per_class(y_true: npt.NDArray[Any],
+               y_pred: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]:
     import numpy as np
 
     classes = np.union1d(np.unique(y_true), np.unique(y_pred))
@@ -819,7 +840,7 @@ def _per_class(y_true, y_pred):
     return classes, np.asarray(precision), np.asarray(recall)
 
 
-def custom_metric_value(name: str, predt, labels) -> float:
+def custom_metric_value(name: str, predt: npt.NDArray[Any], labels: npt.NDArray[Any]) -> float:
     """One of :data:`CUSTOM_METRICS` on (transformed) predictions, as sklearn computes it for the container."""
     import numpy as np
 
@@ -852,12 +873,13 @@ def custom_metric_value(name: str, predt, labels) -> float:
     raise AlgorithmError(f"unknown custom metric {name}")
 
 
-def configure_custom_metric(names: list[str]):
+def configure_custom_metric(
+        names: list[str]) -> Callable[[npt.NDArray[Any], xgb.DMatrix], list[tuple[str, float]]] | None:
     """custom_metrics.configure_feval, for xgb.train(custom_metric=...)."""
     if not names:
         return None
 
-    def custom_metric(predt, dmatrix):
+    def custom_metric(predt: npt.NDArray[Any], dmatrix: xgb.DMatrix) -> list[tuple[str, float]]:
         labels = dmatrix.get_label()
         return [(name, custom_metric_value(name, predt, labels)) for name in names]
 
@@ -865,7 +887,7 @@ def configure_custom_metric(names: list[str]):
 
 
 # ---- callbacks ---------------------------------------------------------------------------------------------
-def format_evaluation(iteration: int, evals_log: dict) -> str:
+def format_evaluation(iteration: int, evals_log: TrainingCallback.EvalsLog) -> str:
     """``[<i>]#011<data>-<metric>:<value>...``: the container's line (xgboost's EvaluationMonitor format) with the
     tab as CloudWatch shows it, so SageMaker's MetricDefinitions regexes match it as they do there."""
     msg = f"[{iteration}]"
@@ -879,7 +901,8 @@ def format_evaluation(iteration: int, evals_log: dict) -> str:
     return msg
 
 
-def _callbacks():
+def _callbacks() -> tuple[Callable[..., TrainingCallback], Callable[..., TrainingCallback],
+                          Callable[..., TrainingCallback]]:
     """The callback classes, built on xgboost's TrainingCallback (imported here, not at module import)."""
     import xgboost as xgb
     from xgboost import collective
@@ -891,7 +914,7 @@ def _callbacks():
             super().__init__()
             self.start_iteration = start_iteration
 
-        def after_iteration(self, model, epoch, evals_log):
+        def after_iteration(self, model: xgb.Booster, epoch: int, evals_log: TrainingCallback.EvalsLog) -> bool:
             if evals_log and collective.get_rank() == 0:
                 print(format_evaluation(epoch + self.start_iteration, evals_log), flush=True)
             return False
@@ -904,7 +927,7 @@ def _callbacks():
             self.dir, self.start_iteration = checkpoint_dir, start_iteration
             os.makedirs(checkpoint_dir, exist_ok=True)
 
-        def after_iteration(self, model, epoch, evals_log):
+        def after_iteration(self, model: xgb.Booster, epoch: int, evals_log: TrainingCallback.EvalsLog) -> bool:
             if collective.get_rank() != 0:
                 return False
             i = self.start_iteration + epoch
@@ -921,7 +944,7 @@ def _callbacks():
             super().__init__()
             self.model_dir, self.is_master = model_dir, is_master
 
-        def after_iteration(self, model, epoch, evals_log):
+        def after_iteration(self, model: xgb.Booster, epoch: int, evals_log: TrainingCallback.EvalsLog) -> bool:
             if self.is_master:
                 os.makedirs(self.model_dir, exist_ok=True)
                 save_booster(model, os.path.join(self.model_dir, MODEL_NAME))
@@ -930,7 +953,7 @@ def _callbacks():
     return PrintEvaluation, SaveCheckpoint, SaveIntermediateModel
 
 
-def save_booster(booster, path: str) -> None:
+def save_booster(booster: xgb.Booster, path: str) -> None:
     """Save as xgboost saves a name without extension (UBJSON), atomically and without its format warning."""
     tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.sagemaker-ignore.ubj")
     booster.save_model(tmp)
@@ -941,7 +964,7 @@ def checkpoint_path(checkpoint_dir: str, iteration: int) -> str:
     return os.path.join(checkpoint_dir, f"{CHECKPOINT_FILENAME}.{iteration:0{CHECKPOINT_NUM_DIGITS}d}")
 
 
-def load_checkpoint(checkpoint_dir: str | None):
+def load_checkpoint(checkpoint_dir: str | None) -> tuple[str | None, int]:
     """(booster file or None, iteration to resume from): the latest loadable ``xgboost-checkpoint.<n>``."""
     import re
 
@@ -963,8 +986,8 @@ def load_checkpoint(checkpoint_dir: str | None):
 
 
 # ---- training ----------------------------------------------------------------------------------------------
-def train_job(train_cfg: dict, train_dmatrix, val_dmatrix, model_dir: str, checkpoint_dir: str | None,
-              is_master: bool) -> None:
+def train_job(train_cfg: dict[str, Any], train_dmatrix: xgb.DMatrix, val_dmatrix: xgb.DMatrix | None,
+              model_dir: str, checkpoint_dir: str | None, is_master: bool) -> None:
     """algorithm_mode/train.py::train_job: train on this host's data (with the others' when distributed) and,
     on the master, save ``xgboost-model``."""
     import xgboost as xgb
@@ -985,7 +1008,7 @@ def train_job(train_cfg: dict, train_dmatrix, val_dmatrix, model_dir: str, check
     if xgb_model is not None:
         logger.info(f"Checkpoint loaded from {xgb_model}")
         logger.info(f"Resuming from iteration {iteration}")
-    callbacks = [PrintEvaluation(start_iteration=iteration)]
+    callbacks: list[TrainingCallback] = [PrintEvaluation(start_iteration=iteration)]
     if checkpoint_dir:
         callbacks.append(SaveCheckpoint(checkpoint_dir, start_iteration=iteration))
     if cfg.save_model_on_termination:
@@ -1023,8 +1046,8 @@ class Rabit:
         self.is_master = current_host == self.master_host
         self.port = port
         self.connect_timeout = connect_timeout
-        self.tracker = None
-        self._context = None
+        self.tracker: RabitTracker | None = None
+        self._context: collective.CommunicatorContext | None = None
 
     def __enter__(self) -> Rabit:
         import xgboost as xgb
@@ -1070,14 +1093,14 @@ class Rabit:
             attempt += 1
             time.sleep(0.1)
 
-    def synchronize(self, data: Any) -> list:
+    def synchronize(self, data: Any) -> list[Any]:
         """Every host's ``data``, in rank order (a broadcast from each rank in turn)."""
         from xgboost import collective
 
         rank = collective.get_rank()
         return [collective.broadcast(data if rank == i else None, i) for i in range(collective.get_world_size())]
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if exc[0] is not None:
             # a failed host leaves without the collective shutdown (which would wait for the others); main()
             # ends the process with os._exit, as the container's trainer does, and the platform ends the rest
@@ -1089,8 +1112,8 @@ class Rabit:
             self.tracker.free()
 
 
-def rabit_run(exec_fun: Callable, args: dict, include_in_training: bool, hosts: list[str], current_host: str,
-              first_port: int = TRACKER_PORT, second_port: int | None = None) -> None:
+def rabit_run(exec_fun: Callable[..., None], args: dict[str, Any], include_in_training: bool, hosts: list[str],
+              current_host: str, first_port: int = TRACKER_PORT, second_port: int | None = None) -> None:
     """distributed.rabit_run: rendezvous once to learn which hosts have data, then train over those."""
     with Rabit(hosts, current_host, first_port) as rabit:
         records = rabit.synchronize({"host": current_host, "include_in_training": include_in_training})
@@ -1108,8 +1131,9 @@ def rabit_run(exec_fun: Callable, args: dict, include_in_training: bool, hosts: 
         raise RuntimeError("No hosts received training data.")
 
 
-def sagemaker_train(train_config: dict, data_config: dict, train_path: str, val_path: str | None, model_dir: str,
-                    sm_hosts: list[str], sm_current_host: str, checkpoint_config: dict,
+def sagemaker_train(train_config: dict[str, Any], data_config: dict[str, dict[str, Any]], train_path: str,
+                    val_path: str | None, model_dir: str, sm_hosts: list[str], sm_current_host: str,
+                    checkpoint_config: dict[str, Any],
                     relocate: Callable[[str], str] = lambda p: p, port: int = TRACKER_PORT) -> None:
     """algorithm_mode/train.py::sagemaker_train."""
     validated = validate_hyperparameters(train_config)
@@ -1142,7 +1166,7 @@ def sagemaker_train(train_config: dict, data_config: dict, train_path: str, val_
 
     train_dmatrix, val_dmatrix = get_validated_dmatrices(train_path, val_path, file_type, csv_weights)
     missing_validation_data = validation_channel is not None and val_dmatrix is None
-    train_args = dict(train_cfg=validated, train_dmatrix=train_dmatrix, val_dmatrix=val_dmatrix,
+    train_args: dict[str, Any] = dict(train_cfg=validated, train_dmatrix=train_dmatrix, val_dmatrix=val_dmatrix,
                       model_dir=model_dir, checkpoint_dir=checkpoint_dir)
     if num_hosts > 1:
         logger.info(f"Distributed node training with {num_hosts} hosts: {sm_hosts}")
@@ -1191,7 +1215,7 @@ class ContainerPaths:
         return path
 
 
-def _read_json(path: str, default=None):
+def _read_json(path: str, default: Any = None) -> Any:
     if default is not None and not os.path.exists(path):
         return default
     with open(path) as f:
@@ -1221,7 +1245,8 @@ def failure_message(error: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.stdout.reconfigure(line_buffering=True)
+    if isinstance(sys.stdout, io.TextIOWrapper):  # as it is in a host (python -m); typeshed says only TextIO
+        sys.stdout.reconfigure(line_buffering=True)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATEFMT, stream=sys.stdout, force=True)
     logging.captureWarnings(True)
     paths = ContainerPaths(os.environ.get("SAGEMAKER_BASE_DIR") or "/opt/ml")
