@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow import __version__ as AIRFLOW_VERSION
-from airflow.exceptions import AirflowException
+# Airflow 3 re-exports it from airflow.sdk.exceptions without an `as` alias, so mypy's no-implicit-reexport check
+# (strict) does not see it there; it is airflow.exceptions' public name on every line
+from airflow.exceptions import AirflowException  # type: ignore[attr-defined]
 
 AIRFLOW_V_3_0_PLUS = int(AIRFLOW_VERSION.split(".")[0]) >= 3
 
@@ -13,7 +15,7 @@ if AIRFLOW_V_3_0_PLUS:
     from airflow.sdk import BaseOperator, BaseOperatorLink, Param
 else:  # Airflow 2.10 / 2.11
     from airflow.models.param import Param  # type: ignore[no-redef]
-    from airflow.models import BaseOperator  # type: ignore[no-redef]
+    from airflow.models import BaseOperator
     from airflow.models.baseoperatorlink import BaseOperatorLink  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ def _hook_names() -> dict[str, Any]:
     try:  # Airflow >= 3.1
         from airflow.sdk import BaseHook
     except ImportError:  # pragma: no cover - older lines
-        from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
+        from airflow.hooks.base import BaseHook  # type: ignore[no-redef,attr-defined]  # gone from 3.x's module
     return {"BaseHook": BaseHook}
 
 
@@ -82,15 +84,15 @@ __all__ = [
 ]
 
 
-def mask_secret(value) -> None:
+def mask_secret(value: str) -> None:
     """Register ``value`` with Airflow's secrets masker so task logs show *** instead."""
     try:
         from airflow.sdk.log import mask_secret as _mask
     except ImportError:
         try:
-            from airflow.sdk.execution_time.secrets_masker import mask_secret as _mask
+            from airflow.sdk.execution_time.secrets_masker import mask_secret as _mask  # type: ignore[no-redef]
         except ImportError:  # Airflow 2
-            from airflow.utils.log.secrets_masker import mask_secret as _mask
+            from airflow.utils.log.secrets_masker import mask_secret as _mask  # type: ignore[no-redef]
     _mask(value)
 
 
@@ -123,7 +125,7 @@ class ConnectionLookupError(AirflowException):
     """The connection exists, or may exist, but cannot be used: never a reason to fall back to a default."""
 
 
-def _secrets_backends() -> list:
+def _secrets_backends() -> list[Any]:
     """The secrets backends Airflow searches for connections in this process, in order."""
     if AIRFLOW_V_3_0_PLUS:
         from airflow.sdk.execution_time.supervisor import ensure_secrets_backend_loaded
@@ -150,7 +152,7 @@ def _backend_error(conn_id: str) -> BaseException | None:
     return None
 
 
-def get_connection_extra(conn_id: str | None) -> dict:
+def get_connection_extra(conn_id: str | None) -> dict[str, Any]:
     """The extra of connection ``conn_id`` as a dict, or {} when no such connection is defined.
 
     Only "not defined" gives {}: an extra that is not a JSON object, or a secrets backend that failed,
@@ -160,7 +162,8 @@ def get_connection_extra(conn_id: str | None) -> dict:
     try:
         from airflow.sdk.exceptions import AirflowNotFoundException
     except ImportError:  # Airflow 2
-        from airflow.exceptions import AirflowNotFoundException  # type: ignore[no-redef]
+        # (Airflow 3 re-exports it without an `as` alias: see AirflowException above)
+        from airflow.exceptions import AirflowNotFoundException  # type: ignore[attr-defined]
     try:
         conn = _hook_names()["BaseHook"].get_connection(conn_id)
     except AirflowNotFoundException:
@@ -190,7 +193,7 @@ def get_connection_extra(conn_id: str | None) -> dict:
     return extra
 
 
-def taskflow_base():
+def taskflow_base() -> tuple[Any, Any]:
     """(DecoratedOperator, task_decorator_factory) of this Airflow line, for the provider's @task.* decorators."""
     if AIRFLOW_V_3_0_PLUS:
         from airflow.sdk.bases.decorator import DecoratedOperator, task_decorator_factory

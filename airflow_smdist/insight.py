@@ -32,6 +32,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from typing import Callable
 
 #: CPU below this (percent of one core, summed over the host's processes) counts as idle
 IDLE_CPU_PERCENT = 10.0
@@ -57,7 +58,7 @@ INSTANCE_METRICS = {"CPUUtilization": "cpu_percent", "MemoryUtilization": "memor
 
 
 # -- collecting ------------------------------------------------------------------------------------------
-def collect(backend: Any, description: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+def collect(backend: Any, description: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(metric points ``{name, value, t, host}``, utilization samples ``{t, host, cpu_percent, ...}``)."""
     name = description["TrainingJobName"]
     if backend.job_dir("training", name) is not None:  # a backend that keeps the job here: its own records
@@ -65,7 +66,7 @@ def collect(backend: Any, description: dict[str, Any]) -> tuple[list[dict], list
     return _collect_cloudwatch(backend, description)
 
 
-def _collect_local(backend: Any, name: str) -> tuple[list[dict], list[dict]]:
+def _collect_local(backend: Any, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from airflow_smdist.backends.local.sampler import read_utilization
     from airflow_smdist.backends.local.store import read_jsonl
 
@@ -81,7 +82,7 @@ def _job_window(description: dict[str, Any]) -> tuple[datetime, datetime]:
     return start, end
 
 
-def cloudwatch_queries(description: dict[str, Any]) -> list[dict]:
+def cloudwatch_queries(description: dict[str, Any]) -> list[dict[str, Any]]:
     """GetMetricData queries: every MetricDefinitions name (dimension TrainingJobName) and every
     instance metric of every host (dimension Host = <job>/algo-N)."""
     name = description["TrainingJobName"]
@@ -102,12 +103,13 @@ def cloudwatch_queries(description: dict[str, Any]) -> list[dict]:
     return queries
 
 
-def _collect_cloudwatch(backend: Any, description: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+def _collect_cloudwatch(backend: Any, description: dict[str, Any]
+                        ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     queries = cloudwatch_queries(description)
     start, end = _job_window(description)
     client = backend.cloudwatch_client
     labels = {q["Id"]: q["Label"] for q in queries}
-    results: list[dict] = []
+    results: list[dict[str, Any]] = []
     for i in range(0, len(queries), 500):  # GetMetricData takes up to 500 queries
         kwargs: dict[str, Any] = {"MetricDataQueries": queries[i:i + 500], "StartTime": start, "EndTime": end}
         while True:
@@ -119,9 +121,10 @@ def _collect_cloudwatch(backend: Any, description: dict[str, Any]) -> tuple[list
     return _from_cloudwatch(results, labels)
 
 
-def _from_cloudwatch(results: list[dict], labels: dict[str, str]) -> tuple[list[dict], list[dict]]:
-    points: list[dict] = []
-    samples: dict[tuple[str, float], dict] = {}
+def _from_cloudwatch(results: list[dict[str, Any]], labels: dict[str, str]
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    points: list[dict[str, Any]] = []
+    samples: dict[tuple[str, float], dict[str, Any]] = {}
     for r in results:
         parts = labels.get(r["Id"], r.get("Label", "")).split("|")
         for ts, value in zip(r.get("Timestamps", []), r.get("Values", [])):
@@ -164,7 +167,7 @@ def _divergence(metric: str, series: list[list[float]]) -> dict[str, Any] | None
     return None
 
 
-def summarize_metrics(points: list[dict], t0: float) -> dict[str, dict]:
+def summarize_metrics(points: list[dict[str, Any]], t0: float) -> dict[str, dict[str, Any]]:
     by_name: dict[str, dict[str, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
     for p in sorted(points, key=lambda p: p["t"]):
         by_name[p["name"]][p.get("host") or "all"].append([round(p["t"] - t0, 3), float(p["value"])])
@@ -181,7 +184,7 @@ def summarize_metrics(points: list[dict], t0: float) -> dict[str, dict]:
     return out
 
 
-def _host_summary(samples: list[dict], duration: float) -> dict[str, Any]:
+def _host_summary(samples: list[dict[str, Any]], duration: float) -> dict[str, Any]:
     cpu = [s["cpu_percent"] for s in samples if "cpu_percent" in s]
     last = samples[-1]
     out: dict[str, Any] = {"samples": len(samples)}
@@ -202,8 +205,8 @@ def _host_summary(samples: list[dict], duration: float) -> dict[str, Any]:
     return out
 
 
-def summarize_hosts(samples: list[dict], t0: float, duration: float) -> dict[str, dict]:
-    by_host: dict[str, list[dict]] = defaultdict(list)
+def summarize_hosts(samples: list[dict[str, Any]], t0: float, duration: float) -> dict[str, dict[str, Any]]:
+    by_host: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for s in sorted(samples, key=lambda s: s["t"]):
         by_host[s["host"]].append(s)
     return {host: _host_summary(rows, duration) for host, rows in sorted(by_host.items())}
@@ -229,7 +232,7 @@ def _uneven(values: dict[str, Any]) -> tuple[str, str, float] | None:
     return (least, most, fewer) if fewer > UNEVEN_READ_FRACTION else None
 
 
-def _shard_finding(hosts: dict[str, dict]) -> list[str]:
+def _shard_finding(hosts: dict[str, dict[str, Any]]) -> list[str]:
     """The channel data staged for each host (its shard) differs: the shards are uneven."""
     uneven = _uneven({h: v.get("channel_bytes") for h, v in hosts.items()})
     if uneven is None:
@@ -241,7 +244,7 @@ def _shard_finding(hosts: dict[str, dict]) -> list[str]:
             f"host gets the same share."]
 
 
-def _read_finding(hosts: dict[str, dict]) -> list[str]:
+def _read_finding(hosts: dict[str, dict[str, Any]]) -> list[str]:
     """The hosts read different amounts. Where their channel data is known, only when it is most of what the
     hosts read: reads count the interpreter's imports too (tens of MB for a deep-learning framework, more on
     some ranks than others), and next to a small shard those say nothing about the data. With equal shards,
@@ -264,11 +267,11 @@ def _read_finding(hosts: dict[str, dict]) -> list[str]:
             f"misses). Give every host the same number of passes over its shard."]
 
 
-def _io_findings(hosts: dict[str, dict]) -> list[str]:
+def _io_findings(hosts: dict[str, dict[str, Any]]) -> list[str]:
     return _shard_finding(hosts) or _read_finding(hosts)
 
 
-def _idle_findings(hosts: dict[str, dict], already: str, duration: float) -> list[str]:
+def _idle_findings(hosts: dict[str, dict[str, Any]], already: str, duration: float) -> list[str]:
     """Hosts idle most of the job. Not in a job shorter than IDLE_MIN_SECONDS: starting the interpreter, staging
     and the toolkit's setup are most of a short test, and say nothing about its input pipeline."""
     if duration < IDLE_MIN_SECONDS:
@@ -284,7 +287,7 @@ def _idle_findings(hosts: dict[str, dict], already: str, duration: float) -> lis
     return out
 
 
-def _metric_findings(metrics: dict[str, dict], lr_scaled: bool) -> list[str]:
+def _metric_findings(metrics: dict[str, dict[str, Any]], lr_scaled: bool) -> list[str]:
     out = []
     for name, m in metrics.items():
         if m["diverged"]:
@@ -295,7 +298,7 @@ def _metric_findings(metrics: dict[str, dict], lr_scaled: bool) -> list[str]:
     return out
 
 
-def _checkpoint_findings(hosts: dict[str, dict], duration: float, checkpointed: bool | None) -> list[str]:
+def _checkpoint_findings(hosts: dict[str, dict[str, Any]], duration: float, checkpointed: bool | None) -> list[str]:
     """A run long enough that losing it costs something, on several hosts (any one lost ends the job), without
     a CheckpointConfig: said after the run, when its length is known (a short test is not told)."""
     if checkpointed is not False or len(hosts) < 2 or duration < NO_CHECKPOINT_MIN_SECONDS:
@@ -305,7 +308,7 @@ def _checkpoint_findings(hosts: dict[str, dict], duration: float, checkpointed: 
             "from one rank (rank 0) to /opt/ml/checkpoints, so a retried job resumes instead of starting over."]
 
 
-def findings_of(metrics: dict[str, dict], hosts: dict[str, dict], *, lr_scaled: bool = False,
+def findings_of(metrics: dict[str, dict[str, Any]], hosts: dict[str, dict[str, Any]], *, lr_scaled: bool = False,
                 duration: float = float("inf"), channels: bool | None = None,
                 checkpointed: bool | None = None) -> list[str]:
     """``channels``: whether the job has input channels (None: unknown). A job without any (MPI, Ray, a
@@ -330,7 +333,7 @@ def reading(summary: dict[str, Any]) -> str:
         + " ".join(parts)
 
 
-def summarize(job_name: str, points: list[dict], samples: list[dict], *, start: float | None = None,
+def summarize(job_name: str, points: list[dict[str, Any]], samples: list[dict[str, Any]], *, start: float | None = None,
               end: float | None = None, lr_scaled: bool = False, channels: bool | None = None,
               checkpointed: bool | None = None) -> dict[str, Any]:
     times = [p["t"] for p in points] + [s["t"] for s in samples]
@@ -351,9 +354,9 @@ def summarize(job_name: str, points: list[dict], samples: list[dict], *, start: 
 PROGRESS_WORDS = ("step", "epoch", "iter", "batch")
 
 
-def progress_metric(points: list[dict]) -> str | None:
+def progress_metric(points: list[dict[str, Any]]) -> str | None:
     """The metric that counts progress: the first (by name) whose name says step, epoch, iteration or batch."""
-    names = sorted({p["name"] for p in points})
+    names: list[str] = sorted({p["name"] for p in points})
     for word in PROGRESS_WORDS:
         for name in names:
             if word in name.lower() and not lower_is_better(name):
@@ -383,7 +386,7 @@ def _increment(values: list[float]) -> float:
     return diffs[len(diffs) // 2] if diffs else 1.0
 
 
-def lost_work(points: list[dict], description: dict[str, Any]) -> list[dict[str, Any]]:
+def lost_work(points: list[dict[str, Any]], description: dict[str, Any]) -> list[dict[str, Any]]:
     """Per interruption: the progress metric's last value before it, the first after the restart (per host and
     the least), and the work redone (``lost``, in the metric's units: last before - first after + one step)."""
     name = progress_metric(points)
@@ -411,8 +414,8 @@ def lost_work(points: list[dict], description: dict[str, Any]) -> list[dict[str,
     return out
 
 
-def interruption_findings(description: dict[str, Any], lost: list[dict], clashes: dict[str, list[str]],
-                          points: list[dict]) -> list[str]:
+def interruption_findings(description: dict[str, Any], lost: list[dict[str, Any]], clashes: dict[str, list[str]],
+                          points: list[dict[str, Any]]) -> list[str]:
     out = []
     spot = bool(description.get("EnableManagedSpotTraining"))
     if spot and not description.get("CheckpointConfig"):
@@ -454,8 +457,9 @@ def _checkpoint_clashes(backend: Any, name: str) -> dict[str, list[str]]:
 
 
 # -- drawing ---------------------------------------------------------------------------------------------
-def _host_series(samples: list[dict], t0: float, key: str, scale: float = 1.0) -> dict[str, tuple[list, list]]:
-    out: dict[str, tuple[list, list]] = {}
+def _host_series(samples: list[dict[str, Any]], t0: float, key: str,
+                 scale: float = 1.0) -> dict[str, tuple[list[float], list[float]]]:
+    out: dict[str, tuple[list[float], list[float]]] = {}
     for s in sorted(samples, key=lambda s: s["t"]):
         if key in s:
             xs, ys = out.setdefault(s["host"], ([], []))
@@ -467,15 +471,15 @@ def _host_series(samples: list[dict], t0: float, key: str, scale: float = 1.0) -
 #: metrics drawn (each on its own axes: a loss and a throughput do not share a scale)
 MAX_PLOTTED_METRICS = 4
 #: one utilization panel: its title and its lines (host label, x, y, line style)
-Panel = tuple[str, list[tuple[str, list, list, str]]]
+Panel = tuple[str, list[tuple[str, list[float], list[float], str]]]
 
 
-def _lines(samples: list[dict], t0: float, key: str, scale: float = 1.0, style: str = "-",
-           suffix: str = "") -> list[tuple[str, list, list, str]]:
+def _lines(samples: list[dict[str, Any]], t0: float, key: str, scale: float = 1.0, style: str = "-",
+           suffix: str = "") -> list[tuple[str, list[float], list[float], str]]:
     return [(host + suffix, xs, ys, style) for host, (xs, ys) in _host_series(samples, t0, key, scale).items()]
 
 
-def utilization_panels(samples: list[dict], t0: float) -> list[Panel]:
+def utilization_panels(samples: list[dict[str, Any]], t0: float) -> list[Panel]:
     """The per-host panels under the metric curves: CPU (and GPU on SageMaker); bytes read and written
     (locally; disk use on SageMaker); memory (RSS locally, MemoryUtilization on SageMaker)."""
     cpu = _lines(samples, t0, "cpu_percent") + _lines(samples, t0, "gpu_percent", style="--", suffix=" GPU")
@@ -517,7 +521,7 @@ def _figure(rows: int) -> tuple[Any, list[Any]]:
     return fig, [row[0] for row in fig.subplots(rows, 1, squeeze=False, gridspec_kw=grid)]
 
 
-def _metric_span(series: dict[str, list]) -> tuple[float, float]:
+def _metric_span(series: dict[str, list[list[float]]]) -> tuple[float, float]:
     """A metric panel's own time span, from its first point to its last: a short job's curve would be a
     vertical line on the whole job's clock (start-up, staging and upload included)."""
     times = [p[0] for points in series.values() for p in points]
@@ -528,7 +532,7 @@ def _metric_span(series: dict[str, list]) -> tuple[float, float]:
     return first - pad, last + pad
 
 
-def draw(summary: dict[str, Any], samples: list[dict]) -> Any:
+def draw(summary: dict[str, Any], samples: list[dict[str, Any]]) -> Any:
     """The insight Figure: each metric's curve per host on its own time span; then CPU, I/O and memory per
     host (:func:`utilization_panels`) on the job's."""
     wait_for_preload()
@@ -555,7 +559,7 @@ def draw(summary: dict[str, Any], samples: list[dict]) -> Any:
     return fig
 
 
-def plot(summary: dict[str, Any], samples: list[dict], path: Any) -> Any:
+def plot(summary: dict[str, Any], samples: list[dict[str, Any]], path: Any) -> Any:
     """The insight PNG (:func:`draw`). ``path``: a file name or a binary file object."""
     draw(summary, samples).savefig(path, dpi=PLOT_DPI, format="png")
     return path
@@ -617,10 +621,11 @@ def digest_line(digest: dict[str, Any]) -> str:
 
     metrics = "; ".join(f"{n} {m['first']:g} -> {m['last']:g} (min {m['min']:g}"
                         + (", diverged)" if m["diverged"] else ")") for n, m in digest["metrics"].items())
+    fields: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+        ("cpu_mean_percent", "CPU", lambda x: f"{x:.0f} %"), ("idle_fraction", "idle", lambda x: f"{x:.0%}"),
+        ("read_bytes", "read", mb), ("write_bytes", "written", mb), ("peak_rss_bytes", "peak RSS", mb))
     hosts = "; ".join(f"{h} " + ", ".join(
-        f"{label} {fmt(v[key])}" for key, label, fmt in (
-            ("cpu_mean_percent", "CPU", lambda x: f"{x:.0f} %"), ("idle_fraction", "idle", lambda x: f"{x:.0%}"),
-            ("read_bytes", "read", mb), ("write_bytes", "written", mb), ("peak_rss_bytes", "peak RSS", mb))
+        f"{label} {fmt(v[key])}" for key, label, fmt in fields
         if key in v) for h, v in digest["hosts"].items())
     return (f"{digest['duration_seconds']:.0f} s; " + (f"{metrics}; " if metrics else "")
             + (f"{hosts}; " if hosts else "") + f"summary {digest['summary_uri']}, plot {digest['plot_uri']}")

@@ -52,6 +52,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
+from typing import Protocol
 
 from airflow_smdist._compat import AirflowException
 from airflow_smdist.backends.base import (
@@ -232,10 +233,21 @@ class Started:
 
 
 # -- the synchronous lifecycle -----------------------------------------------------------------------------
+class TaskLog(Protocol):
+    """What a lifecycle logs through: a logging.Logger, or an operator's ``self.log`` (a logging.Logger on
+    Airflow 2, the Task SDK's structured logger on Airflow 3: both take a %-format and its arguments)."""
+
+    def debug(self, msg: str, /, *args: Any) -> object: ...
+
+    def info(self, msg: str, /, *args: Any) -> object: ...
+
+    def warning(self, msg: str, /, *args: Any) -> object: ...
+
+
 class JobLifecycle:
     """The lifecycle of the jobs of one kind that one task drives on one backend."""
 
-    def __init__(self, backend: Backend, kind: str, *, log: logging.Logger | logging.LoggerAdapter[Any] | None = None,
+    def __init__(self, backend: Backend, kind: str, *, log: TaskLog | None = None,
                  poll_interval: float = 10.0, print_logs: bool = True,
                  stop_timeout: float = STOP_TIMEOUT_SECONDS, owner: Owner | None = None,
                  rerun_on_clear: bool = True) -> None:
@@ -246,7 +258,7 @@ class JobLifecycle:
         #: a cleared task instance runs its job again (True) or returns the completed job's result (False)
         self.rerun_on_clear = rerun_on_clear
         self.info = kind_info(kind)
-        self.log = log or logging.getLogger(__name__)
+        self.log: TaskLog = log or logging.getLogger(__name__)
         self.poll_interval = float(poll_interval)
         self.print_logs = print_logs
         self.stop_timeout = stop_timeout

@@ -17,9 +17,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Callable
 from urllib.parse import unquote
 
 from airflow_smdist.specs.errors import SpecError
+
+if TYPE_CHECKING:
+    import builtins
+
+    from airflow_smdist.backends.base import Backend
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,7 @@ def join_uri(base: str, *parts: str) -> str:
     return out
 
 
-def safe_join(root: str | os.PathLike, relative: str) -> Path:
+def safe_join(root: str | os.PathLike[str], relative: str) -> Path:
     """``root/relative``, refusing keys that would land outside ``root`` (``..``, absolute keys)."""
     rel = PurePosixPath(relative)
     if rel.is_absolute() or relative.startswith("/"):
@@ -84,7 +92,7 @@ def safe_join(root: str | os.PathLike, relative: str) -> Path:
 class Storage:
     """s3:// and file:// behind one small interface."""
 
-    def __init__(self, endpoint_url: str | None = None, region_name: str | None = None, *, client=None,
+    def __init__(self, endpoint_url: str | None = None, region_name: str | None = None, *, client: Any = None,
                  journal: UploadJournal | None = None) -> None:
         self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         self.region_name = region_name or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
@@ -93,13 +101,13 @@ class Storage:
         self.journal = journal
 
     @classmethod
-    def for_backend(cls, backend) -> Storage:
+    def for_backend(cls, backend: Backend) -> Storage:
         """Storage that reaches a backend's objects: the Airflow ``aws`` connection's S3 client (through the
         Amazon provider's S3Hook) for the sagemaker backend; the local backend's endpoint otherwise."""
         return backend.storage()
 
     @property
-    def s3(self):
+    def s3(self) -> Any:
         if self._s3 is None:
             import boto3
             from botocore.config import Config
@@ -178,7 +186,7 @@ class Storage:
             raise
 
     # -- transfer --------------------------------------------------------------------------------
-    def download(self, uri: str, dest: str | os.PathLike) -> None:
+    def download(self, uri: str, dest: str | os.PathLike[str]) -> None:
         scheme, bucket, key = parse_uri(uri)
         Path(dest).parent.mkdir(parents=True, exist_ok=True)
         if scheme == "file":
@@ -186,7 +194,7 @@ class Storage:
         else:
             self.s3.download_file(bucket, key, str(dest))
 
-    def upload(self, src: str | os.PathLike, uri: str) -> None:
+    def upload(self, src: str | os.PathLike[str], uri: str) -> None:
         if self.journal is not None:
             with open(src, "rb") as f:
                 self.upload_fileobj(f, uri)
@@ -228,7 +236,7 @@ class Storage:
         journal = self.journal
         assert journal is not None
 
-        def created(parsed: dict, **_: object) -> None:
+        def created(parsed: dict[str, Any], **_: object) -> None:
             if parsed.get("Bucket") == bucket and parsed.get("Key") == key and parsed.get("UploadId"):
                 journal.note(entry, bucket=bucket, key=key, upload_id=parsed["UploadId"],
                              endpoint_url=self.endpoint_url, region=self.region_name)
@@ -250,7 +258,8 @@ class Storage:
         scheme, bucket, key = parse_uri(uri)
         if scheme == "file":
             return Path(key).read_bytes()
-        return self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        data: bytes = self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return data
 
     def write_bytes(self, data: bytes, uri: str) -> None:
         scheme, bucket, key = parse_uri(uri)
@@ -260,13 +269,13 @@ class Storage:
         else:
             self.s3.put_object(Bucket=bucket, Key=key, Body=data)
 
-    def download_prefix(self, prefix_uri: str, dest: str | os.PathLike,
-                        objects: list[StoredObject] | None = None) -> list[Path]:
+    def download_prefix(self, prefix_uri: str, dest: str | os.PathLike[str],
+                        objects: builtins.list[StoredObject] | None = None) -> builtins.list[Path]:
         """Download the objects under ``prefix_uri`` into ``dest`` keeping their paths relative to the prefix.
 
         ``objects`` restricts it to a subset (a shard). Keys are checked with :func:`safe_join`."""
         objs = self.list(prefix_uri) if objects is None else objects
-        written = []
+        written: builtins.list[Path] = []
         for obj in objs:
             rel = relative_key(prefix_uri, obj)
             target = safe_join(dest, rel)
@@ -311,11 +320,11 @@ class UploadJournal:
     it runs (the temporary file, the multipart upload's id), one when it ended, and ``{"op": "done"}`` once a
     dead supervisor's leftovers were reclaimed."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._n = 0
 
-    def _write(self, record: dict) -> None:
+    def _write(self, record: dict[str, Any]) -> None:
         # (no fsync: what a kill -9 interrupts is in the page cache all the same; a crash of the machine is not
         # what this journal is for, and checkpoints sync many small files)
         with open(self.path, "a") as f:
@@ -327,19 +336,19 @@ class UploadJournal:
         self._write({"id": entry, "op": "begin", "uri": uri, "t": time.time()})
         return entry
 
-    def note(self, entry: int, **what) -> None:
+    def note(self, entry: int, **what: Any) -> None:
         self._write({"id": entry, "op": "note", **what})
 
     def end(self, entry: int) -> None:
         self._write({"id": entry, "op": "end"})
 
-    def open_entries(self) -> list[dict]:
+    def open_entries(self) -> list[dict[str, Any]]:
         """What uploads begun and not ended left (their notes merged), unless the journal is marked done."""
         try:
             lines = self.path.read_text().splitlines()
         except FileNotFoundError:
             return []
-        entries: dict[int, dict] = {}
+        entries: dict[int, dict[str, Any]] = {}
         for line in lines:
             try:
                 rec = json.loads(line)
@@ -369,7 +378,7 @@ class UploadJournal:
         self._write({"op": "done", "t": time.time()})
 
 
-def _replace_whole(path: str, write, tmp: str | None = None) -> None:
+def _replace_whole(path: str, write: Callable[[str], object], tmp: str | None = None) -> None:
     """Write ``path`` through a temporary file next to it, renamed into place: readers see the old file or
     the new one, never half of it; a write that fails leaves no temporary file behind."""
     tmp = tmp or partial_name(path)

@@ -108,7 +108,7 @@ def check_serializer(serializer: str, py_version: Any) -> None:
 
 
 # -- the function's source ----------------------------------------------------------------------------------
-def function_source(function: Callable) -> str:
+def function_source(function: Callable[..., Any]) -> str:
     """The module the job imports: the function's ``def`` (decorators dropped), dedented, at its line numbers."""
     name = getattr(function, "__name__", "?")
     if name == "<lambda>":
@@ -184,7 +184,8 @@ def check_names(source: str, name: str, filename: str) -> None:
                         "than Airflow's travel with the function and run in the job too).")
 
 
-def json_arguments(function_name: str, args: list, kwargs: dict) -> tuple[list, dict]:
+def json_arguments(function_name: str, args: list[Any], kwargs: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]]:
     """The call's (rendered) arguments, refused with the argument named when one is not JSON."""
     named = [(f"positional argument {i}", v) for i, v in enumerate(args)] + \
         [(f"argument {k!r}", v) for k, v in kwargs.items()]
@@ -214,8 +215,9 @@ def requirements_lines(requirements: Any, serializer: str) -> list[str]:
     return lines
 
 
-def write_payload(dest: str | os.PathLike, *, function: Callable, args: list, kwargs: dict, serializer: str,
-                  requirements: Any, max_result_bytes: int, kind: str) -> list[str]:
+def write_payload(dest: str | os.PathLike[str], *, function: Callable[..., Any], args: list[Any],
+                  kwargs: dict[str, Any], serializer: str, requirements: Any, max_result_bytes: int,
+                  kind: str) -> list[str]:
     """Write the payload directory (``dest``); returns the file names, relative to it."""
     dest = Path(dest)
     name = function.__name__

@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from typing import TYPE_CHECKING
 
 from airflow_smdist._compat import AirflowException
 from airflow_smdist.decorators.payload import RESULTS_OUTPUT
@@ -31,6 +32,10 @@ from airflow_smdist.runtime.function import (
     RESULT_DIR,
     RESULT_FILE,
 )
+
+if TYPE_CHECKING:
+    from airflow_smdist.backends.base import LogEvent
+    from airflow_smdist.storage import Storage
 
 
 class SmdistFunctionError(JobFailed):
@@ -70,7 +75,7 @@ def failure_host(record: dict[str, Any]) -> Any:
     return record.get("log_host") or record.get("host")
 
 
-def error_records(events: list) -> list[dict[str, Any]]:
+def error_records(events: list[LogEvent]) -> list[dict[str, Any]]:
     """Every ``SMDIST_FUNCTION_ERROR`` record in the log events, earliest first; ``log_host`` is the host
     (log stream) that printed it, not always the one that failed (see :func:`failure_host`)."""
     records = []
@@ -122,7 +127,9 @@ def _members(tar_path: str, wanted: set[str], limit: int) -> dict[str, bytes]:
                 if member.size > limit:
                     raise SmdistNoResult(f"{name} in the job's output is {member.size} bytes, above "
                                          f"max_result_bytes={limit}.")
-                found[name] = tar.extractfile(member).read()
+                extracted = tar.extractfile(member)
+                assert extracted is not None  # a regular file (isfile above)
+                found[name] = extracted.read()
                 if len(found) == len(wanted):
                     break
     return found
@@ -141,7 +148,7 @@ def _check_done(data: bytes, done: dict[str, Any], where: str) -> None:
                              "cut short after the job wrote it.")
 
 
-def read_training_result(storage, description: dict[str, Any], limit: int) -> Result:
+def read_training_result(storage: Storage, description: dict[str, Any], limit: int) -> Result:
     uri = output_tar_uri(description)
     job = description["TrainingJobName"]
     if not storage.exists(uri):
@@ -165,11 +172,12 @@ def read_training_result(storage, description: dict[str, Any], limit: int) -> Re
 def results_prefix(description: dict[str, Any]) -> str | None:
     for out in (description.get("ProcessingOutputConfig") or {}).get("Outputs") or []:
         if out.get("OutputName") == RESULTS_OUTPUT:
-            return out["S3Output"]["S3Uri"].rstrip("/")
+            uri: str = out["S3Output"]["S3Uri"]
+            return uri.rstrip("/")
     return None
 
 
-def read_processing_results(storage, description: dict[str, Any], limit: int) -> Result:
+def read_processing_results(storage: Storage, description: dict[str, Any], limit: int) -> Result:
     job = description["ProcessingJobName"]
     prefix = results_prefix(description)
     if prefix is None:

@@ -15,6 +15,8 @@ from airflow_smdist.kinds import MAX_ATTEMPT_NAMES, kind_info
 if TYPE_CHECKING:  # imported where a job is run, not where a DAG file is parsed
     from airflow_smdist.backends.base import Backend
     from airflow_smdist.lifecycle import JobLifecycle, Owner
+    from airflow_smdist.hooks.smdist import SmdistHook
+    from airflow_smdist.kinds import JobKind
 
 NAME_LIMIT = 63
 #: added to a job's own time limits (StoppingCondition) to bound a deferred wait: uploads, queueing
@@ -66,13 +68,14 @@ class SmdistJobOperator(BaseOperator):
     ``execute`` is a short script over :class:`~airflow_smdist.lifecycle.JobLifecycle`: start (or
     reattach), then wait, defer or return, then the result or the error."""
 
-    kind: ClassVar[str] = "training"
+    #: a class attribute; an instance may set its own (a fan-out that runs processing jobs)
+    kind: JobKind = "training"
     name_prefix: ClassVar[str] = "smdist"
     trigger_class: ClassVar[str] = "airflow_smdist.triggers.base.SmdistJobTrigger"
     ui_color = "#b6d7a8"
     #: the API's limit on this kind's job names, and what the lifecycle appends to a base name ("-r30")
     name_limit: ClassVar[int] = NAME_LIMIT
-    name_reserve: ClassVar[int] = len(f"-r{MAX_ATTEMPT_NAMES}")
+    name_reserve: int = len(f"-r{MAX_ATTEMPT_NAMES}")
 
     def __init__(self, *, job_name: str | None = None, backend: str | None = None,
                  smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
@@ -125,7 +128,7 @@ class SmdistJobOperator(BaseOperator):
         self.deferrable = as_bool(self.deferrable, "deferrable")
 
     @property
-    def hook(self):
+    def hook(self) -> SmdistHook:
         from airflow_smdist.hooks.smdist import SmdistHook
 
         return SmdistHook(self.smdist_conn_id, aws_conn_id=self.aws_conn_id, region_name=self.region_name)
@@ -231,7 +234,7 @@ class SmdistJobOperator(BaseOperator):
 
     # -- deferral ----------------------------------------------------------------------------------
     def make_trigger(self, backend: Backend, name: str, description: dict[str, Any] | None = None,
-                     as_of: float | None = None):
+                     as_of: float | None = None) -> Any:
         """The trigger to defer to. Given the job's ``description`` and when it was taken (``as_of``), the
         trigger starts from that status and makes no Describe of its own. ``cursor_key`` is new for every
         deferral: a trigger rebuilt from its kwargs (triggerer restart) resumes the persisted log cursor, a
@@ -241,7 +244,7 @@ class SmdistJobOperator(BaseOperator):
 
         module, _, cls = self.trigger_class.rpartition(".")
         trigger = getattr(importlib.import_module(module), cls)
-        created = (description or {}).get("CreationTime")
+        created: Any = (description or {}).get("CreationTime")
         return trigger(job_name=name, backend=backend.name, smdist_conn_id=self.smdist_conn_id,
                        aws_conn_id=self.aws_conn_id, region_name=self.region_name, poll_interval=self.poll_interval,
                        print_logs=self.print_logs, kind=self.kind,
@@ -282,7 +285,7 @@ class SmdistJobOperator(BaseOperator):
         """Back from the trigger: the same result (or error) as the non-deferred path."""
         return self.check_and_result(self.describe_after_trigger(event))
 
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any):
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
         """A deferred wait that timed out must not leave the job running (and billing): stop it first."""
         if next_method == "__fail__" and self.stop_on_kill:
             try:
@@ -300,7 +303,7 @@ class SmdistJobOperator(BaseOperator):
         description = self._lifecycle.last_description if self._lifecycle is not None else None
         return kind_info(self.kind).lineage(description) if description else ([], [])
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any):
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Input and output datasets of the job, when the OpenLineage provider is installed."""
         from airflow_smdist.lineage import operator_lineage
 

@@ -18,11 +18,16 @@ root on the local backend.
 from __future__ import annotations
 
 from typing import Any, Sequence
+from typing import TYPE_CHECKING
+from typing import Callable
 
 from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
 from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, LocalJobPageLink, SmdistConsoleLink
 from airflow_smdist.specs.arguments import PROCESSING, PYSPARK, SCRIPT
+
+if TYPE_CHECKING:
+    from airflow_smdist.specs.processing import ProcessingPlan
 
 #: The builders' arguments (the argument dataclasses of specs/processing.py, as data), which the operators
 #: pass on and template: common to both, PySparkProcessor's, ScriptProcessor/FrameworkProcessor's.
@@ -63,17 +68,19 @@ class _ProcessingOperator(SmdistJobOperator):
     operator_extra_links = (SageMakerProcessingJobLink(), SageMakerProcessingLogsLink(), LocalJobPageLink())
     template_fields_renderers = RENDERERS
     builder_args: tuple[str, ...] = ()
+    #: one of the builder arguments (set in __init__, one attribute each)
+    code_location: str | None
 
     def __init__(self, *, builder_arguments: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         for name, value in builder_arguments.items():  # the builder's arguments, one attribute each
             setattr(self, name, value)
-        self._plan = None
+        self._plan: ProcessingPlan | None = None
 
-    def builder(self):
+    def builder(self) -> Callable[..., ProcessingPlan]:
         raise NotImplementedError
 
-    def plan(self, job_name: str, backend_name: str):
+    def plan(self, job_name: str, backend_name: str) -> ProcessingPlan:
         require_role(self, backend_name)  # before anything is built or uploaded
         from airflow_smdist.backends.base import capabilities
         from airflow_smdist.specs.errors import MissingUploadLocation
@@ -141,7 +148,7 @@ class SageMakerPySparkProcessingOperator(_ProcessingOperator):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(builder_arguments=take_arguments(kwargs, PYSPARK_FIELDS, OPERATOR_DEFAULTS), **kwargs)
 
-    def builder(self):
+    def builder(self) -> Callable[..., ProcessingPlan]:
         from airflow_smdist.specs.processing import build_pyspark_processing
 
         return build_pyspark_processing
@@ -169,7 +176,7 @@ class SmdistProcessingOperator(_ProcessingOperator):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(builder_arguments=take_arguments(kwargs, SCRIPT_FIELDS, OPERATOR_DEFAULTS), **kwargs)
 
-    def builder(self):
+    def builder(self) -> Callable[..., ProcessingPlan]:
         from airflow_smdist.specs.processing import build_processing
 
         return build_processing

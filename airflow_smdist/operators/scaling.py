@@ -41,7 +41,7 @@ def config_task_id(config: dict[str, Any]) -> str:
 def scaling_study(group_id: str, *, configurations: Sequence[dict[str, Any]], throughput_metric: str | None = None,
                   target_metric: str | None = None, target_value: float | None = None,
                   prices: dict[str, float] | None = None, min_efficiency: float = 0.7,
-                  report_uri: str | None = None, **common: Any):
+                  report_uri: str | None = None, **common: Any) -> Any:
     """A TaskGroup ``group_id``: one :class:`SageMakerDistributedTrainingOperator` per configuration
     (``{"instance_type": ..., "instance_count": ...}``; other keys override ``common`` for that job), then
     ``report`` (:class:`ScalingReportOperator`), which runs even if some configurations failed."""
@@ -51,7 +51,7 @@ def scaling_study(group_id: str, *, configurations: Sequence[dict[str, Any]], th
     try:
         from airflow.sdk import TaskGroup
     except ImportError:  # Airflow 2
-        from airflow.utils.task_group import TaskGroup
+        from airflow.utils.task_group import TaskGroup  # type: ignore[no-redef]
     if not configurations:
         raise SpecError("configurations", "is empty.",
                         "give at least two, e.g. [{'instance_count': 1}, {'instance_count': 2}].")
@@ -100,7 +100,8 @@ def time_to_target(summary: dict[str, Any] | None, metric: str | None, target: f
     return None
 
 
-def _row(task_id: str, result: dict[str, Any] | None, summary: dict | None, study: dict[str, Any]) -> dict[str, Any]:
+def _row(task_id: str, result: dict[str, Any] | None, summary: dict[str, Any] | None,
+         study: dict[str, Any]) -> dict[str, Any]:
     if not result or result.get("status") != "Completed":
         return {"task_id": task_id, "status": (result or {}).get("status", "Failed")}
     seconds = _seconds(result)
@@ -159,7 +160,8 @@ def compare(rows: list[dict[str, Any]], min_efficiency: float = 0.7) -> dict[str
             "verdict": verdict(rows, base, best, min_efficiency)}
 
 
-def verdict(rows: list[dict], base: dict, best: dict | None, min_efficiency: float) -> str:
+def verdict(rows: list[dict[str, Any]], base: dict[str, Any], best: dict[str, Any] | None,
+            min_efficiency: float) -> str:
     if best is None:
         return "No configuration could be timed."
     missed = [r["task_id"] for r in rows if r["status"] == "Completed" and "time_to_target" in r
@@ -205,7 +207,7 @@ def draw_study(study: dict[str, Any]) -> Any:
     fig = Figure(figsize=(10, 4.6), constrained_layout=True)
     FigureCanvasAgg(fig)
     ax1, ax2 = fig.subplots(1, 2)
-    by_type: dict[str, list[dict]] = {}
+    by_type: dict[str, list[dict[str, Any]]] = {}
     for r in study["configurations"]:
         if r.get("speedup") is not None:
             by_type.setdefault(str(r["instance_type"]), []).append(r)
@@ -261,12 +263,13 @@ class ScalingReportOperator(BaseOperator):
 
         return Storage.for_backend(SmdistHook(self.smdist_conn_id).get_backend(self.backend))
 
-    def _summary(self, result: dict[str, Any] | None) -> dict | None:
+    def _summary(self, result: dict[str, Any] | None) -> dict[str, Any] | None:
         uri = ((result or {}).get("insight") or {}).get("summary_uri")
         if not (uri and self.target_metric):
             return None
         try:
-            return json.loads(self.storage().read_bytes(uri))
+            summary: dict[str, Any] = json.loads(self.storage().read_bytes(uri))
+            return summary
         except Exception as exc:  # noqa: BLE001 - a missing summary only costs the time-to-target column
             self.log.warning("could not read %s: %s", uri, exc)
             return None

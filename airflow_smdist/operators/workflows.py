@@ -20,16 +20,17 @@ from airflow_smdist.operators.base import NAME_LIMIT, require_role, stable_job_n
 from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
 
 
-def fan_out_training(task_id: str, *, subtasks: Sequence[dict] | Any, **common: Any):
+def fan_out_training(task_id: str, *, subtasks: Sequence[dict[str, Any]] | Any, **common: Any) -> Any:
     """One training job per sub-task, via ``expand_kwargs``: every key of a sub-task dict (``inputs``,
     ``hyperparameters``, ``instance_type``, ``tags``, ...) overrides ``common`` for that job. ``subtasks``
     may be a list or an XComArg (a task returning the list), so the split can be decided at run time."""
     return SageMakerDistributedTrainingOperator.partial(task_id=task_id, **common).expand_kwargs(subtasks)
 
 
-def growing_batch_training(group_id: str, *, stages: Sequence[dict], lr_scaling: dict, checkpoint_s3_uri: str,
-                           hyperparameters: dict | None = None, batch_size_hyperparameter: str = "batch_size",
-                           epochs_hyperparameter: str = "epochs", **common: Any):
+def growing_batch_training(group_id: str, *, stages: Sequence[dict[str, Any]], lr_scaling: dict[str, Any],
+                           checkpoint_s3_uri: str, hyperparameters: dict[str, Any] | None = None,
+                           batch_size_hyperparameter: str = "batch_size",
+                           epochs_hyperparameter: str = "epochs", **common: Any) -> Any:
     """A TaskGroup of chained training jobs, one per stage ``{"batch_size": 64, "epochs": 2, ...}`` (other
     keys, e.g. ``instance_count``, override ``common`` for that stage). Epochs accumulate: stage *k* trains
     until the sum of the epochs of stages 1..k, resuming from the checkpoint the previous stage left."""
@@ -38,7 +39,7 @@ def growing_batch_training(group_id: str, *, stages: Sequence[dict], lr_scaling:
     try:
         from airflow.sdk import TaskGroup
     except ImportError:  # Airflow 2
-        from airflow.utils.task_group import TaskGroup
+        from airflow.utils.task_group import TaskGroup  # type: ignore[no-redef]
     if not stages:
         raise SpecError("stages", "is empty.", "give at least one {'batch_size': ..., 'epochs': ...}.")
     total = 0
@@ -71,6 +72,9 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
     retry reattaches to the running link. Deferrable: the task defers once per link."""
 
     template_fields: Sequence[str] = (*SageMakerDistributedTrainingOperator.template_fields, "finished_marker")
+    #: training builder arguments (set by SageMakerDistributedTrainingOperator, one attribute each)
+    checkpoint_s3_uri: Any
+    max_run: Any
 
     def __init__(self, *, max_links: int = 10, finished_marker: str = "FINISHED", finished_metric: str | None = None,
                  **kwargs: Any) -> None:
@@ -86,11 +90,11 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
 
             raise SpecError("max_links", f"{max_links!r}: a chain needs at least one link.",
                             "give max_links >= 1 (each link is one job of at most max_run seconds).")
-        self.name_reserve = len(f"-l{self.max_links}-r30")  # type: ignore[misc] - links and their attempts
+        self.name_reserve = len(f"-l{self.max_links}-r30")  # links and their attempts
         self.finished_marker = finished_marker
         self.finished_metric = finished_metric
 
-    def finished(self, last: dict | None) -> bool:
+    def finished(self, last: dict[str, Any] | None) -> bool:
         from airflow_smdist.storage import Storage
 
         if self.finished_metric and last and last.get("final_metrics", {}).get(self.finished_metric, 0) >= 1:
@@ -117,7 +121,8 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
         from airflow_smdist.kinds import MAX_ATTEMPT_NAMES
 
         self.own(context)
-        lifecycle, links = self.lifecycle, []
+        lifecycle = self.lifecycle
+        links: list[dict[str, Any]] = []
         for link in range(1, self.max_links + 1):
             base, last = self.link_base(context, link), None
             for attempt in range(1, MAX_ATTEMPT_NAMES + 1):  # a link's names: base, base-r2, ... (lifecycle.choose)
@@ -129,11 +134,12 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
                 last["TrainingJobStatus"] == "Stopped" and last.get("SecondaryStatus") == "MaxRuntimeExceeded"))
             if not ended:
                 return links
+            assert last is not None  # ended
             lifecycle.accept_reattach(last["TrainingJobName"], last)  # this task instance's own links only
             links.append(self.link_result(last))
         return links
 
-    def run_links(self, context: Any, start: int, links: list[dict]) -> dict[str, Any]:
+    def run_links(self, context: Any, start: int, links: list[dict[str, Any]]) -> dict[str, Any]:
         require_role(self, self.get_backend().name)
         for link in range(start, self.max_links + 1):
             if self.finished(links[-1] if links else None):
@@ -152,7 +158,8 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
                              for r in links], finished=True)
         return result
 
-    def link_complete(self, context: Any, event: dict[str, Any], link: int, links: list[dict]) -> dict[str, Any]:
+    def link_complete(self, context: Any, event: dict[str, Any], link: int,
+                      links: list[dict[str, Any]]) -> dict[str, Any]:
         self.mask_secrets()
         description = self.describe_after_trigger(event)
         links = list(links) + [self.link_result(description)]

@@ -43,8 +43,10 @@ class SmdistConsolePlugin(AirflowPlugin):
     external_views = [{"name": NAV_TITLE, "href": f"{URL_PREFIX}/jobs", "url_route": "smdist-jobs",
                        "destination": "nav", "category": "browse"}] if console_supported() else []
 
-    @property  # type: ignore[override]
-    def fastapi_apps(self) -> list[dict[str, Any]]:
+    # AirflowPlugin declares fastapi_apps a plain list; a property reads the same to the api-server, which only
+    # reads it, and makes the app when it is read
+    @property
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
         """Read by the api-server only: the app is made then, not when the plugin is loaded."""
         if not console_supported():
             return []

@@ -25,6 +25,7 @@ import re
 import threading
 import time
 from typing import Annotated, Any
+from typing import Literal
 from urllib.parse import quote
 
 from airflow.api_fastapi.core_api.security import get_user
@@ -80,7 +81,7 @@ def _team(dag_id: str) -> str | None:
     return DagModel.get_team_name(dag_id)
 
 
-def may(user: Any, dag_id: str | None, method: str) -> bool:
+def may(user: Any, dag_id: str | None, method: Literal["GET", "PUT"]) -> bool:
     """Whether ``user`` may read (``GET``: the DAG's task logs) or stop (``PUT``: its task instances) a job of
     ``dag_id``; a job of no DAG needs that on every DAG to be read, and is never stopped here."""
     from airflow.api_fastapi.app import get_auth_manager

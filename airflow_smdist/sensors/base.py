@@ -71,7 +71,7 @@ class SmdistJobSensor(SmdistSensorBase):
         secondary = description.get("SecondaryStatus")
         return f"{status} / {secondary}" if secondary else status
 
-    def poke(self, context: Any):
+    def poke(self, context: Any) -> bool | PokeReturnValue:
         lifecycle = self.lifecycle
         described = self.describe_all([self.job_name])
         if described is None:

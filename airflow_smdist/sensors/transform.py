@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from typing import TYPE_CHECKING
 
 from airflow_smdist._compat import AirflowException
 from airflow_smdist.sensors.base import SmdistSensorBase
+
+if TYPE_CHECKING:
+    from airflow_smdist._compat import PokeReturnValue
 
 
 class SageMakerShardedBatchInferenceSensor(SmdistSensorBase):
@@ -35,7 +39,7 @@ class SageMakerShardedBatchInferenceSensor(SmdistSensorBase):
                                                         "batch_strategy": "MultiRecord", "assemble_with": "Line"})
         self.check_records = check_records
 
-    def poke(self, context: Any):
+    def poke(self, context: Any) -> bool | PokeReturnValue:
         from airflow_smdist._compat import PokeReturnValue
 
         if self.kind not in ("transform", "processing"):
@@ -81,7 +85,7 @@ class SageMakerShardedBatchInferenceSensor(SmdistSensorBase):
                               provenance=provenance)
         summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
                                  fan_out=self.kind, jobs=results, settings=self.record_settings)
-        error = outcome_error(report, summary)
-        if error is not None:
-            raise error
+        outcome = outcome_error(report, summary)
+        if outcome is not None:
+            raise outcome
         return PokeReturnValue(is_done=True, xcom_value=summary)
