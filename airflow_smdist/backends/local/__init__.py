@@ -95,14 +95,14 @@ def dt(epoch: float | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, tz=timezone.utc) if epoch else None
 
 
-def transitions_of(state: dict) -> list[dict]:
+def transitions_of(state: dict[str, Any]) -> list[dict[str, Any]]:
     """SecondaryStatusTransitions from the state's transitions."""
     return [{k: v for k, v in {"Status": t["status"], "StartTime": dt(t["start"]), "EndTime": dt(t.get("end")),
                                "StatusMessage": t.get("message")}.items() if v is not None}
             for t in state.get("transitions", [])]
 
 
-def last_modified(state: dict) -> datetime | None:
+def last_modified(state: dict[str, Any]) -> datetime | None:
     times = [t.get("end") or t["start"] for t in state.get("transitions", [])] or [state.get("created")]
     return dt(max(t for t in times if t))
 
@@ -124,8 +124,8 @@ class LocalBackend:
     #: the supervisor writes lines of its own while it starts a job: a wait reads them at once
     silent_before_containers = False
 
-    def __init__(self, root: str | os.PathLike | None = None, *, region_name: str | None = None,
-                 s3_endpoint_url: str | None = None, local_runtimes: dict | None = None,
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, region_name: str | None = None,
+                 s3_endpoint_url: str | None = None, local_runtimes: dict[str, Any] | None = None,
                  local_retention: str | None = None, local_spot_interruptions: str | None = None,
                  local_instance_failures: str | None = None) -> None:
         self.store = JobStore(root)
@@ -204,7 +204,7 @@ class LocalBackend:
                             f"already exists ({self.arn(kind, name)})", code="ValidationException",
                             operation=kind_info(kind).create_op)
 
-    def _rehearsal(self, kind: str, request: dict[str, Any]) -> dict | None:
+    def _rehearsal(self, kind: str, request: dict[str, Any]) -> dict[str, Any] | None:
         """What the job's state keeps of the interruption rehearsal (:mod:`.spot`): a training job's interruptions
         and failures; a tuning job's settings, for its trials. A malformed setting is refused here."""
         from airflow_smdist.backends.local import spot
@@ -223,7 +223,7 @@ class LocalBackend:
                             "fix the setting (environment or the smdist connection's extra).") from None
 
     def _make_job(self, kind: str, name: str, staging: _Staging, request: dict[str, Any], isolation: str,
-                  parent: str | None, rehearsal: dict | None = None) -> None:
+                  parent: str | None, rehearsal: dict[str, Any] | None = None) -> None:
         """Everything of a job, in its staging directory: logs/, the request, its supervisor (started now, it
         waits until the job is in place) and its pid, then its loopback block and its state."""
         job_dir = staging.dir
@@ -303,7 +303,7 @@ class LocalBackend:
         dirs = [self.store.job_dir(kind, n) for n in names]
         pids = [p for p in (self._supervisor_pid(d) for d in dirs) if p is not None]
 
-        def signature() -> list:
+        def signature() -> list[tuple[int, int, int] | None]:
             return [_state_signature(d) for d in dirs]
 
         with ChangeWaker(dirs, pids) as waker:
@@ -325,7 +325,7 @@ class LocalBackend:
         return self._read_logs(job_dir, cursor)
 
     @staticmethod
-    def _read_logs(job_dir: Path, cursor: dict | None) -> tuple[list[LogEvent], dict]:
+    def _read_logs(job_dir: Path, cursor: dict[str, Any] | None) -> tuple[list[LogEvent], dict[str, Any]]:
         """New lines of every ``logs/<host>.jsonl`` since the byte offsets in ``cursor``, merged by time."""
         cursor = dict(cursor or {})
         events: list[LogEvent] = []
@@ -337,17 +337,18 @@ class LocalBackend:
         events.sort(key=lambda e: (e.timestamp, e.host))
         return events, cursor
 
-    def list_jobs(self, kind: str, *, name_contains: str | None = None, status: str | None = None) -> list[dict]:
+    def list_jobs(self, kind: str, *, name_contains: str | None = None,
+                  status: str | None = None) -> list[dict[str, Any]]:
         """Summaries of the local jobs of ``kind`` (ListTrainingJobs-like: name, status, times)."""
         info = kind_info(kind)
-        out = []
+        out: list[dict[str, Any]] = []
         for name in self.store.list(kind):
             if name_contains and name_contains not in name:
                 continue
             st = self._live_state(kind, name)
             if status and st["status"] != status:
                 continue
-            summary = {info.name_key: name, info.arn_key: self.arn(kind, name),
+            summary: dict[str, Any] = {info.name_key: name, info.arn_key: self.arn(kind, name),
                        info.status_key: st["status"], "CreationTime": dt(st.get("created")),
                        "LastModifiedTime": last_modified(st)}
             if kind == "training" and st.get("secondary_status"):  # as ListTrainingJobs' summaries carry it
@@ -356,7 +357,8 @@ class LocalBackend:
         return out
 
     def list_training_jobs_for_tuning_job(self, name: str, *, status_equals: str | None = None,
-                                          sort_by: str | None = None, sort_order: str | None = None) -> list[dict]:
+                                          sort_by: str | None = None,
+                                          sort_order: str | None = None) -> list[dict[str, Any]]:
         """ListTrainingJobsForHyperParameterTuningJob: every trial's summary (see .tuning)."""
         from airflow_smdist.backends.local.tuning import list_training_jobs_for_tuning_job
 
@@ -436,7 +438,7 @@ class LocalBackend:
             return None
         return int(pid)
 
-    def _supervisor_gone(self, job_dir: Path, state: dict) -> str | None:
+    def _supervisor_gone(self, job_dir: Path, state: dict[str, Any]) -> str | None:
         """Why the unfinished job ``job_dir`` has no supervisor any more (None while it has one). Jobs are
         placed with their supervisor started; one without a pid file was half made by an older version."""
         if self._supervisor_pid(job_dir) is not None:
@@ -447,7 +449,7 @@ class LocalBackend:
             return None
         return "the process that submitted this job ended before its supervisor started"
 
-    def _settle_dead(self, kind: str, name: str, state: dict) -> None:
+    def _settle_dead(self, kind: str, name: str, state: dict[str, Any]) -> None:
         """Write the end of a job whose supervisor died, and free what it held. Best effort: a describe never
         fails for it (a full disk, a read-only root); the state is answered as corrected, and written by a
         later describe."""
@@ -464,7 +466,7 @@ class LocalBackend:
             log.warning("%s job %s ended without its supervisor; its state could not be written (%s): "
                         "answering %s from memory", kind, name, exc, state["status"])
 
-    def _live_state(self, kind: str, name: str) -> dict:
+    def _live_state(self, kind: str, name: str) -> dict[str, Any]:
         """The state file, corrected when the supervisor died without finishing it."""
         job_dir = self.store.job_dir(kind, name)
         state = self.store.state(kind, name)

@@ -45,6 +45,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 REGISTRY = Path(os.environ.get("SMDIST_LOCAL_NET_REGISTRY", "/run/smdist/bridges"))
@@ -86,8 +87,8 @@ def ip(*args: str, batch: list[str] | None = None, check: bool = True) -> str:
     return r.stdout
 
 
-def _used_networks() -> list[ipaddress.IPv4Network]:
-    used = []
+def _used_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    used: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
     for r in json.loads(ip("-j", "-4", "route", "show", "table", "all") or "[]"):
         if r.get("dst") and r["dst"] != "default":  # "10.1.2.0/24", or a host route "10.1.2.3"
             used.append(ipaddress.ip_network(r["dst"], strict=False))
@@ -102,6 +103,7 @@ def pick_subnet(seed: int = 0, taken: tuple[ipaddress.IPv4Network, ...] = ()) ->
     """A /24 that no route or address of this machine overlaps (in ``SMDIST_LOCAL_SUBNET`` where set, else
     in a private range) and that is not in ``taken`` (the subnets of the other running jobs)."""
     override = os.environ.get("SMDIST_LOCAL_SUBNET")
+    used: list[ipaddress.IPv4Network | ipaddress.IPv6Network]
     if override:
         net = ipaddress.ip_network(override, strict=False)
         if net.prefixlen > 24 or not isinstance(net, ipaddress.IPv4Network):
@@ -210,12 +212,12 @@ def nat_unavailable() -> str | None:
     return None
 
 
-def _nft(commands: list[dict]) -> None:
+def _nft(commands: list[dict[str, Any]]) -> None:
     """One atomic nftables transaction, given as JSON (``nft -j -f -``)."""
     _nft_wait(_nft_start(commands))
 
 
-def _nft_start(commands: list[dict]) -> subprocess.Popen[str]:
+def _nft_start(commands: list[dict[str, Any]]) -> subprocess.Popen[str]:
     """:func:`_nft`, started: it runs while the caller does something else; :func:`_nft_wait` ends it."""
     proc = subprocess.Popen([_nft_path() or "nft", "-j", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -241,11 +243,11 @@ def _nft_wait(proc: subprocess.Popen[str]) -> None:
         raise OSError(f"nft: {message or f'exit {code}'}")
 
 
-def _match(key: dict, value: object, op: str = "==") -> dict:
+def _match(key: dict[str, Any], value: object, op: str = "==") -> dict[str, Any]:
     return {"match": {"op": op, "left": key, "right": value}}
 
 
-def nat_ruleset(bridge: str, subnet: ipaddress.IPv4Network, link: str | None = None) -> list[dict]:
+def nat_ruleset(bridge: str, subnet: ipaddress.IPv4Network, link: str | None = None) -> list[dict[str, Any]]:
     """The job's table, made anew: masquerade what leaves the job for anywhere but its link (its bridge, or a
     one-host job's host link); forward into the job only replies; never from the job to another job's links."""
     table = {"family": "ip", "table": nat_table(bridge)}
@@ -281,7 +283,7 @@ def delete_nat(bridge: str) -> None:
         _nft(_drop_table(bridge))
 
 
-def _drop_table(bridge: str) -> list[dict]:
+def _drop_table(bridge: str) -> list[dict[str, Any]]:
     name = nat_table(bridge)
     return [{"add": {"table": {"family": "ip", "name": name}}}, {"delete": {"table": {"family": "ip", "name": name}}}]
 
@@ -315,9 +317,9 @@ def _lock_path() -> Path:
     return REGISTRY.parent / (REGISTRY.name + ".lock")
 
 
-def _registered() -> dict[str, dict]:
+def _registered() -> dict[str, dict[str, Any]]:
     """The registry's entries: bridge name -> {pid, create_time, subnet, nat}."""
-    entries = {}
+    entries: dict[str, dict[str, Any]] = {}
     for entry in REGISTRY.iterdir() if REGISTRY.is_dir() else ():
         try:
             entries[entry.name] = json.loads(entry.read_text())
@@ -343,7 +345,7 @@ class JobNetwork:
 
     @classmethod
     def allocate(cls, job_dir: str, seed: int, *, nat: bool, hosts: int = 2,
-                 owner: dict | None = None) -> tuple[JobNetwork, str | None]:
+                 owner: dict[str, Any] | None = None) -> tuple[JobNetwork, str | None]:
         """Reclaim dead jobs' bridges, pick this job's subnet and make its bridge (a job of ``hosts`` > 1), all
         under one machine-wide lock (two jobs with NAT must not get one subnet: the machine would route both
         to one bridge). With ``nat``, also start its NAT (:meth:`add_nat`; :meth:`settle` finishes it, with the

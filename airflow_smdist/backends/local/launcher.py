@@ -24,6 +24,10 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 OPT_ML = "/opt/ml"
 HOSTINIT = str(Path(__file__).with_name("inhost") / "hostinit.py")
@@ -100,7 +104,8 @@ def package_root() -> str:
     return str(Path(__file__).resolve().parents[3])
 
 
-def base_environment(*, region: str, s3_endpoint_url: str | None = None, worker_env: dict | None = None) -> dict:
+def base_environment(*, region: str, s3_endpoint_url: str | None = None,
+                     worker_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The base of every host process's environment: an allow-list, never the worker's credentials,
     ``AIRFLOW_*`` settings or ``PYTHONPATH``. The caller adds the SM_* contract and the request's
     ``Environment``."""
@@ -123,7 +128,7 @@ def base_environment(*, region: str, s3_endpoint_url: str | None = None, worker_
 class HostProcess:
     """A running host: its init process (``proc``) and the supervisor's end of its lifeline."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     lifeline: int
     ready: int | None
 
@@ -131,14 +136,16 @@ class HostProcess:
     def pid(self) -> int:
         return self.proc.pid
 
-    def poll(self):
+    def poll(self) -> int | None:
         return self.proc.poll()
 
     def init_pid(self) -> int:
         """hostinit's PID: ``unshare``'s child in namespace mode (PID 1 inside), else the process itself."""
         import psutil
 
-        children = psutil.Process(self.proc.pid).children() if os.path.basename(self.proc.args[0]) == "unshare" else []
+        args = self.proc.args  # spawn_host's command line, a list
+        namespaced = isinstance(args, list) and os.path.basename(args[0]) == "unshare"
+        children = psutil.Process(self.proc.pid).children() if namespaced else []
         return children[0].pid if children else self.proc.pid
 
     def wait_ready(self, timeout: float = 20) -> None:
@@ -197,8 +204,8 @@ def provider_code() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def spawn_host(argv: list[str], *, env: dict, cwd: str, stdout, isolation: str, host_dir: str,
-               hostname: str, etc_hosts: str | None = None, view: HostView | None = None) -> HostProcess:
+def spawn_host(argv: list[str], *, env: dict[str, str], cwd: str, stdout: int | IO[Any] | None, isolation: str,
+               host_dir: str, hostname: str, etc_hosts: str | None = None, view: HostView | None = None) -> HostProcess:
     """Start one host's init process (see :mod:`.inhost.hostinit`); call ``go()`` once its network is set up."""
     import json
 
@@ -265,7 +272,7 @@ def signal_tree(root_pid: int, sig: int) -> list[int]:
     return pids
 
 
-def end_tree(root_pid: int, grace: float, proc: subprocess.Popen | None = None) -> None:
+def end_tree(root_pid: int, grace: float, proc: subprocess.Popen[Any] | None = None) -> None:
     """SIGTERM the tree, then SIGKILL whatever is left after ``grace`` seconds (SageMaker: 120 s)."""
     signal_tree(root_pid, signal.SIGTERM)
     deadline = time.time() + grace

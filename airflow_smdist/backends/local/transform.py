@@ -28,6 +28,7 @@ import tarfile
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from airflow_smdist.backends.base import ModelNotFound, ResourceExists
 from airflow_smdist.backends.local import (
@@ -48,14 +49,25 @@ from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.sharding import output_uri
 from airflow_smdist.storage import relative_key
 
+if TYPE_CHECKING:
+    from airflow_smdist.backends.local import LocalBackend
+
 OPERATION = "CreateTransformJob"
 MODELS_DIR = "models"
 #: SplitTypes the local workers split (RecordIO / TFRecord need SageMaker)
 LOCAL_SPLIT_TYPES = ("None", "Line")
 
 
+class ModelRecord(TypedDict):
+    """A local model as ``<root>/models/<name>.json`` keeps it."""
+
+    request: dict[str, Any]
+    created: float
+    arn: str
+
+
 # -- models (CreateModel / DescribeModel / DeleteModel) -------------------------------------------------------
-def model_arn(backend, name: str) -> str:
+def model_arn(backend: LocalBackend, name: str) -> str:
     return f"arn:aws:sagemaker:{backend.region}:{ACCOUNT}:model/{name.lower()}"
 
 
@@ -65,7 +77,7 @@ def _model_path(root: Path, name: str) -> Path:
     return Path(root) / MODELS_DIR / f"{name}.json"
 
 
-def check_model(request: dict) -> None:
+def check_model(request: dict[str, Any]) -> None:
     """What the local backend cannot serve, refused before anything is written."""
     if request.get("Containers") and not request.get("PrimaryContainer"):
         raise SpecError("Containers", "inference pipelines (several containers) are not run by the local backend.",
@@ -86,7 +98,7 @@ def check_model(request: dict) -> None:
                         "an S3Object model must be a gzip tarball here.", "give CompressionType='Gzip'.")
 
 
-def create_model(backend, request: dict) -> str:
+def create_model(backend: LocalBackend, request: dict[str, Any]) -> str:
     """CreateModel on the local backend: validated, stored as ``<root>/models/<name>.json``. Returns the
     ARN. A second model of the same name fails as SageMaker fails it."""
     from airflow_smdist.specs.validate import validate_request
@@ -108,25 +120,25 @@ def create_model(backend, request: dict) -> str:
     return arn
 
 
-def check_model_image(backend, request: dict) -> None:
+def check_model_image(backend: LocalBackend, request: dict[str, Any]) -> None:
     """CreateTransformJob: the model it names must have a local runtime for its image (checked again here: the
     model may have been created while jobs ran in the worker's runtime, or with other declared runtimes).
     A missing model is left to the job, which fails as SageMaker's does."""
-    record = read_json(_model_path(backend.store.root, request["ModelName"]))
+    record: ModelRecord | None = read_json(_model_path(backend.store.root, request["ModelName"]))
     if record is not None:
         runtimes.check_image("model", record["request"], getattr(backend, "local_runtimes", None),
                              context=f"model {request['ModelName']!r}, which this transform job runs")
 
 
-def _stored_model(root: Path, backend_region: str, name: str, operation: str) -> dict:
-    record = read_json(_model_path(root, name))
+def _stored_model(root: Path, backend_region: str, name: str, operation: str) -> ModelRecord:
+    record: ModelRecord | None = read_json(_model_path(root, name))
     if record is None:
         arn = f"arn:aws:sagemaker:{backend_region}:{ACCOUNT}:model/{name.lower()}"
         raise ModelNotFound(f'Could not find model "{arn}".', operation=operation)
     return record
 
 
-def describe_model(backend, name: str) -> dict:
+def describe_model(backend: LocalBackend, name: str) -> dict[str, Any]:
     """DescribeModel's response for a local model. Raises ModelNotFound if missing."""
     record = _stored_model(backend.store.root, backend.region, name, "DescribeModel")
     req = record["request"]
@@ -138,18 +150,18 @@ def describe_model(backend, name: str) -> dict:
     return d
 
 
-def delete_model(backend, name: str) -> None:
+def delete_model(backend: LocalBackend, name: str) -> None:
     _stored_model(backend.store.root, backend.region, name, "DeleteModel")
     _model_path(backend.store.root, name).unlink()
 
 
-def list_models(backend) -> list[str]:
+def list_models(backend: LocalBackend) -> list[str]:
     base = Path(backend.store.root) / MODELS_DIR
     return sorted(p.stem for p in base.glob("*.json")) if base.is_dir() else []
 
 
 # -- the request ------------------------------------------------------------------------------------------
-def check_request(request: dict) -> None:
+def check_request(request: dict[str, Any]) -> None:
     """What the local backend cannot run, refused before anything is written, with the way out."""
     contract.check_instance_count(int(request["TransformResources"]["InstanceCount"]),
                                   "TransformResources.InstanceCount")
@@ -179,10 +191,10 @@ def check_request(request: dict) -> None:
                         "lower one of them.")
 
 
-def describe(backend, request: dict, state: dict) -> dict:
+def describe(backend: LocalBackend, request: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     """DescribeTransformJob's response for a local job."""
     name = request["TransformJobName"]
-    d: dict = {
+    d: dict[str, Any] = {
         "TransformJobName": name,
         "TransformJobArn": backend.arn("transform", name),
         "TransformJobStatus": state["status"],
@@ -209,15 +221,15 @@ def describe(backend, request: dict, state: dict) -> dict:
 class TransformSupervisor(JobSupervisor):
     kind = "transform"
 
-    def model(self) -> dict:
+    def model(self) -> dict[str, Any]:
         name = self.request["ModelName"]
-        record = read_json(_model_path(Path(self.state.get("root") or self.store.root), name))
+        record: ModelRecord | None = read_json(_model_path(Path(self.state.get("root") or self.store.root), name))
         if record is None:
             arn = f"arn:aws:sagemaker:{self.state.get('region', 'us-east-1')}:{ACCOUNT}:model/{name.lower()}"
             raise PlatformError(f'ValidationException: Could not find model "{arn}".')
         return record["request"]
 
-    def inputs(self) -> list[dict]:
+    def inputs(self) -> list[dict[str, Any]]:
         """[{uri, rel, output, size}] of every input object, keys sorted."""
         src = self.request["TransformInput"]["DataSource"]["S3DataSource"]
         out_path = self.request["TransformOutput"]["S3OutputPath"]
@@ -229,17 +241,18 @@ class TransformSupervisor(JobSupervisor):
             raise PlatformError(f"ClientError: No S3 objects found under S3 URL \"{src['S3Uri']}\" given in input "
                                 "data source. Please ensure that the bucket exists in the selected region, that "
                                 "objects exist under that S3 prefix, and that the role has access.")
-        items = []
+        items: list[dict[str, Any]] = []
         for obj in sorted(objects, key=lambda o: o.key):
             rel = relative_key(prefix, obj)
             items.append({"uri": obj.uri, "key": obj.key, "rel": rel, "size": obj.size,
                           "output": output_uri(out_path, rel)})
         return items
 
-    def stage_model(self, cluster: contract.Cluster, container: dict, hosts: list[contract.Host]) -> str | None:
+    def stage_model(self, cluster: contract.Cluster, container: dict[str, Any],
+                    hosts: list[contract.Host]) -> str | None:
         """Each instance's /opt/ml/model from the artifact, and its code/ from a sourcedir URI. Returns the code
         directory relative to the host's /opt/ml, or None for the model's own code/."""
-        source = (container.get("ModelDataSource") or {}).get("S3DataSource")
+        source: Any = (container.get("ModelDataSource") or {}).get("S3DataSource")  # the request's JSON, or None
         url = container.get("ModelDataUrl")
         archive = None
         if url or (source and source.get("S3DataType") == "S3Object"):
@@ -267,11 +280,13 @@ class TransformSupervisor(JobSupervisor):
                 inference.extract_model(str(sourcedir), str(hd / "code"))
         return "code" if sourcedir is not None else None
 
-    def install_requirements(self, host: contract.Host, code_rel: str | None, container: dict) -> runtimes.Runtime:
+    def install_requirements(self, host: contract.Host, code_rel: str | None,
+                             container: dict[str, Any]) -> runtimes.Runtime:
         """What the serving container does before its model server starts: the inference code directory's
         ``requirements.txt`` installed (sagemaker-inference's ``model_server._install_requirements``, the
         scikit-learn and XGBoost containers' module install), here into the job's layer, inside the first
         instance with its environment and network; every instance then imports from the layer."""
+        assert self.runtime is not None, "run() resolves the job's runtime first"
         rel = code_rel or "model/code"
         code = self.host_dir(host) / rel
         if not code.is_dir():
@@ -285,12 +300,13 @@ class TransformSupervisor(JobSupervisor):
         self.save(runtime=rt.to_json())
         return rt
 
-    def worker_command(self, host: contract.Host, base: str, items: list[dict], code_rel: str | None,
+    def worker_command(self, host: contract.Host, base: str, items: list[dict[str, Any]], code_rel: str | None,
                        defaults: str) -> list[str]:
         """One instance's command: the inference engine, run by path in the image's runtime over the instance's
         objects, staged here into ``.transform/input`` (SageMaker's agent feeds the container the same way, from
         outside: the model's code never holds the storage credentials); :meth:`upload_outputs` uploads the
         ``.out`` objects it writes."""
+        assert self.runtime is not None, "run() resolves the job's runtime first"
         staged = self.host_dir(host) / ".transform"
         for item in items:
             self.storage.download(item["uri"], staged / "input" / item["rel"])
@@ -304,7 +320,7 @@ class TransformSupervisor(JobSupervisor):
         return [self.runtime.python, self.runtime.platform_script("batch_runner.py"), *args,
                 *inference.Settings.from_request(self.request).to_args()]
 
-    def upload_outputs(self, hosts: list[contract.Host], work: dict, *, complete: bool) -> None:
+    def upload_outputs(self, hosts: list[contract.Host], work: dict[str, list[_Key]], *, complete: bool) -> None:
         """Every object's ``<rel>.out`` the engine wrote (whole objects only), to its output URI: all of them for
         a Completed job, those done before the failure or stop otherwise."""
         for host in hosts:
@@ -326,7 +342,7 @@ class TransformSupervisor(JobSupervisor):
         isolated model's code reaches nothing (its host still gets its staged objects)."""
         return bool(self.model().get("EnableNetworkIsolation"))
 
-    def worker_env(self, container: dict, host: contract.Host, base: str, n_cpus: int) -> dict[str, str]:
+    def worker_env(self, container: dict[str, Any], host: contract.Host, base: str, n_cpus: int) -> dict[str, str]:
         env = self.base_env()  # the allow-list every host gets: no worker credentials, AIRFLOW_* or PYTHONPATH
         env.update(container.get("Environment") or {})
         env.update(self.request.get("Environment") or {})
@@ -411,7 +427,7 @@ class TransformSupervisor(JobSupervisor):
 class _Key:
     """An input item that :func:`supervisor.shard` can sort by key."""
 
-    def __init__(self, item: dict) -> None:
+    def __init__(self, item: dict[str, Any]) -> None:
         self.item = item
         self.key = item["key"]
 

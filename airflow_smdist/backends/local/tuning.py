@@ -44,6 +44,7 @@ import traceback
 import uuid
 from pathlib import Path
 from typing import Any
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from airflow_smdist.backends.base import TERMINAL_STATES, JobNotFound
 from airflow_smdist.backends.local import dt, last_modified
@@ -51,6 +52,11 @@ from airflow_smdist.backends.local.store import read_jsonl
 from airflow_smdist.backends.local.supervisor import JobSupervisor, stop_grace
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.tuning import check_tuning_request, grid_combinations, infer_max_resource
+
+if TYPE_CHECKING:
+    import optuna
+
+    from airflow_smdist.backends.local import LocalBackend
 
 OPERATION = "CreateHyperParameterTuningJob"
 POLL = 0.25
@@ -61,11 +67,12 @@ HYPERBAND_REDUCTION_FACTOR = 3
 
 
 # ---- what runs locally -------------------------------------------------------------------------------------
-def objective_of(request: dict) -> dict:
-    return request["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]
+def objective_of(request: dict[str, Any]) -> dict[str, Any]:
+    objective: dict[str, Any] = request["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]
+    return objective
 
 
-def check_request(request: dict) -> None:
+def check_request(request: dict[str, Any]) -> None:
     """What the local backend cannot run, refused before anything is written, with the way out."""
     from airflow_smdist.backends.local import training
 
@@ -113,7 +120,7 @@ def trial_name(tuning_name: str, number: int) -> str:
     return f"{tuning_name}-{number:03d}-{uuid.uuid4().hex[:8]}"
 
 
-def trial_request(request: dict, name: str, tuned: dict[str, str]) -> dict:
+def trial_request(request: dict[str, Any], name: str, tuned: dict[str, str]) -> dict[str, Any]:
     """The CreateTrainingJob request of one trial: the definition, the static hyperparameters plus this
     trial's values, and ``_tuning_objective_metric`` (the service adds it; the training toolkit drops it)."""
     d = request["TrainingJobDefinition"]
@@ -140,7 +147,7 @@ def better(a: float, b: float, maximize: bool) -> bool:
 class Space:
     """ParameterRanges as Optuna distributions, and Optuna's values back as hyperparameter strings."""
 
-    def __init__(self, ranges: dict) -> None:
+    def __init__(self, ranges: dict[str, Any]) -> None:
         import optuna
 
         d = optuna.distributions
@@ -166,7 +173,7 @@ class Space:
             self.distributions[r["Name"]] = d.CategoricalDistribution(list(r["Values"]))
 
     def to_hyperparameters(self, params: dict[str, Any]) -> dict[str, str]:
-        out = {}
+        out: dict[str, str] = {}
         for name, value in params.items():
             kind = self.kinds[name]
             if kind == "continuous":
@@ -182,7 +189,7 @@ class Space:
 
     def to_params(self, hyperparameters: dict[str, str]) -> dict[str, Any] | None:
         """Optuna parameters for a parent trial's values, or None when one does not fit the ranges."""
-        params = {}
+        params: dict[str, Any] = {}
         for name, dist in self.distributions.items():
             if name not in hyperparameters:
                 return None
@@ -221,7 +228,7 @@ class GridSearch:
 
     description = "every combination of the categorical ranges"
 
-    def __init__(self, ranges: dict) -> None:
+    def __init__(self, ranges: dict[str, Any]) -> None:
         self.combinations = grid_combinations(ranges)
         self.next = 0
 
@@ -242,14 +249,14 @@ class GridSearch:
     def tell(self, handle: Any, value: float | None, state: str) -> None:
         pass
 
-    def add_warm_start(self, trials: list[tuple[dict, float]]) -> int:
+    def add_warm_start(self, trials: list[tuple[dict[str, str], float]]) -> int:
         return 0
 
 
 class OptunaSearch:
     """Random, Bayesian and Hyperband through one Optuna study, driven by ask / report / tell."""
 
-    def __init__(self, request: dict, space: Space) -> None:
+    def __init__(self, request: dict[str, Any], space: Space) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -272,22 +279,23 @@ class OptunaSearch:
                                                     reduction_factor=HYPERBAND_REDUCTION_FACTOR)
             self.description += (f" with Optuna HyperbandPruner (MinResource {hb.get('MinResource', 1)}, "
                                  f"MaxResource {self.max_resource}, reduction factor {HYPERBAND_REDUCTION_FACTOR})")
-        direction = "maximize" if objective_of(request)["Type"] == "Maximize" else "minimize"
+        maximize = objective_of(request)["Type"] == "Maximize"
+        direction: Literal["maximize", "minimize"] = "maximize" if maximize else "minimize"
         self.study = optuna.create_study(direction=direction, sampler=sampler, pruner=pruner)
         self.total = None
 
-    def ask(self) -> tuple[Any, dict[str, str]]:
+    def ask(self) -> tuple[optuna.trial.Trial, dict[str, str]]:
         trial = self.study.ask(self.space.distributions)
         return trial, self.space.to_hyperparameters(trial.params)
 
-    def report(self, trial: Any, step: int, value: float) -> bool:
+    def report(self, trial: optuna.trial.Trial, step: int, value: float) -> bool:
         """One intermediate objective value at ``step`` (resource units so far). True: stop the trial."""
         if self.strategy != "Hyperband":
             return False
         trial.report(value, step)
         return trial.should_prune()
 
-    def tell(self, trial: Any, value: float | None, state: str) -> None:
+    def tell(self, trial: optuna.trial.Trial, value: float | None, state: str) -> None:
         import optuna
 
         states = {"complete": optuna.trial.TrialState.COMPLETE, "pruned": optuna.trial.TrialState.PRUNED,
@@ -299,7 +307,7 @@ class OptunaSearch:
         else:
             self.study.tell(trial, state=states[state])
 
-    def add_warm_start(self, trials: list[tuple[dict, float]]) -> int:
+    def add_warm_start(self, trials: list[tuple[dict[str, str], float]]) -> int:
         import optuna
 
         added = 0
@@ -313,7 +321,7 @@ class OptunaSearch:
         return added
 
 
-def bayesian_sampler(seed: int | None, startup: int):
+def bayesian_sampler(seed: int | None, startup: int) -> tuple[optuna.samplers.BaseSampler, str]:
     """(sampler, description): Optuna's GPSampler where torch and scipy import, else TPESampler."""
     import optuna
 
@@ -332,13 +340,17 @@ def bayesian_sampler(seed: int | None, startup: int):
             f"Optuna TPESampler (multivariate, constant liar, {startup} random start-up trials, seed {seed})")
 
 
-def hyperband_resources(request: dict) -> tuple[int, int]:
+def hyperband_resources(request: dict[str, Any]) -> tuple[int, int]:
     cfg = request["HyperParameterTuningJobConfig"]
     hb = (cfg.get("StrategyConfig") or {}).get("HyperbandStrategyConfig") or {}
     low = int(hb.get("MinResource", 1))
     high = hb.get("MaxResource")
     if high is None:
-        high = infer_max_resource(request["TrainingJobDefinition"].get("StaticHyperParameters") or {})[0]
+        inferred = infer_max_resource(request["TrainingJobDefinition"].get("StaticHyperParameters") or {})
+        if inferred is None:  # check_tuning_request refuses such a request at submit
+            raise RuntimeError("ValidationException: HyperbandStrategyConfig.MaxResource is missing and cannot be "
+                               "inferred from the static hyperparameters")
+        high = inferred[0]
     return low, int(high)
 
 
@@ -367,7 +379,7 @@ class MedianStopping:
 class Completion:
     """TuningJobCompletionCriteria, fed with each finished trial's objective in finishing order."""
 
-    def __init__(self, request: dict, maximize: bool) -> None:
+    def __init__(self, request: dict[str, Any], maximize: bool) -> None:
         cfg = request["HyperParameterTuningJobConfig"]
         criteria = cfg.get("TuningJobCompletionCriteria") or {}
         self.maximize = maximize
@@ -425,9 +437,13 @@ class Trial:
         self.told = False
         self.status = "InProgress"
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         return {"name": self.name, "number": self.number, "tuned": self.tuned, "units": len(self.curve),
                 "stop_reason": self.stop_reason, "status": self.status}
+
+
+#: the search a tuning job drives (ask / report / tell)
+Search: TypeAlias = "GridSearch | OptunaSearch"
 
 
 class TuningSupervisor(JobSupervisor):
@@ -450,7 +466,7 @@ class TuningSupervisor(JobSupervisor):
         self.running: list[Trial] = []
 
     # -- trial bookkeeping ----------------------------------------------------------------------------------
-    def persist(self, **changes) -> None:
+    def persist(self, **changes: Any) -> None:
         # host_pids: the running trials' supervisors, ended by the backend should this supervisor die
         values = {"trials": [t.record() for t in self.trials], "modified": time.time(),
                   "host_pids": {t.name: self.backend._supervisor_pid(self.backend.job_dir("training", t.name))
@@ -458,7 +474,7 @@ class TuningSupervisor(JobSupervisor):
         values.update(changes)
         self.save(**values)
 
-    def launch(self, search) -> bool:
+    def launch(self, search: Search) -> bool:
         asked = search.ask()
         if asked is None:
             return False
@@ -487,18 +503,18 @@ class TuningSupervisor(JobSupervisor):
         except JobNotFound:
             pass
 
-    def final_objective(self, trial: Trial, description: dict) -> float | None:
+    def final_objective(self, trial: Trial, description: dict[str, Any]) -> float | None:
         for m in description.get("FinalMetricDataList") or []:
             if m["MetricName"] == self.objective["MetricName"]:
                 return float(m["Value"])
         return trial.curve[-1] if trial.curve else None
 
     # -- main ----------------------------------------------------------------------------------------------
-    def warm_start(self, search) -> None:
+    def warm_start(self, search: Search) -> None:
         warm = self.request.get("WarmStartConfig")
         if not warm:
             return
-        trials: list[tuple[dict, float]] = []
+        trials: list[tuple[dict[str, str], float]] = []
         for parent in warm["ParentHyperParameterTuningJobs"]:
             pname = parent["HyperParameterTuningJobName"]
             try:
@@ -547,13 +563,13 @@ class TuningSupervisor(JobSupervisor):
                      host_pids={})
         return 0 if status == "Completed" else 1
 
-    def wait_for_running(self, search=None) -> None:
+    def wait_for_running(self, search: Search | None = None) -> None:
         deadline = time.time() + stop_grace() + 120
         while self.running and time.time() < deadline:
             self.poll(search, allow_decisions=False)
             time.sleep(POLL)
 
-    def make_search(self):
+    def make_search(self) -> Search:
         ranges = self.cfg["ParameterRanges"]
         if self.cfg["Strategy"] == "Grid":
             return GridSearch(ranges)
@@ -593,23 +609,23 @@ class TuningSupervisor(JobSupervisor):
                 break
             time.sleep(POLL)
         if self.succeeded() == 0:
-            failed = [t for t in self.trials if t.status == "Failed"]
+            failures = [t for t in self.trials if t.status == "Failed"]
             detail = ""
-            if failed:
-                detail = (f"; {failed[0].name}: "
-                          + self.backend.describe("training", failed[0].name).get("FailureReason", ""))
+            if failures:
+                detail = (f"; {failures[0].name}: "
+                          + self.backend.describe("training", failures[0].name).get("FailureReason", ""))
             return "Failed", (f"ClientError: none of the {len(self.trials)} training jobs reported the "
                               f"objective metric {self.objective['MetricName']!r}" + detail)
         if self.completion.converged_at:
             self.persist(convergence_time=self.completion.converged_at)
         return "Completed", None
 
-    def stop_running(self, search, reason: str) -> None:
+    def stop_running(self, search: Search, reason: str) -> None:
         for t in list(self.running):
             self.stop_trial(t, reason)
         self.wait_for_running(search)
 
-    def failing_fast(self, search, fail_fast: int) -> str | None:
+    def failing_fast(self, search: Search, fail_fast: int) -> str | None:
         """The FailureReason when the first ``fail_fast`` trials all failed without an objective (the
         running ones are stopped), else None."""
         finished = [t for t in self.trials if t.status in TERMINAL_STATES]
@@ -638,7 +654,7 @@ class TuningSupervisor(JobSupervisor):
         return sum(1 for t in self.trials
                    if t.told and t.status in ("Completed", "Stopped") and t.curve_final is not None)
 
-    def poll(self, search, allow_decisions: bool = True) -> None:
+    def poll(self, search: Search | None, allow_decisions: bool = True) -> None:
         """Read new intermediate values of every running trial; stop losers; finish trials that ended."""
         for trial in list(self.running):
             for value in self.new_values(trial):
@@ -652,7 +668,7 @@ class TuningSupervisor(JobSupervisor):
             if desc["TrainingJobStatus"] in TERMINAL_STATES:
                 self.finish_trial(search, trial, desc)
 
-    def stop_early_if_losing(self, search, trial, value: float) -> None:
+    def stop_early_if_losing(self, search: Search, trial: Trial, value: float) -> None:
         """After a new intermediate value: stop the trial early (Hyperband, or the median rule) or let it run."""
         units = len(trial.curve)
         if isinstance(search, OptunaSearch) and search.strategy == "Hyperband":
@@ -672,14 +688,14 @@ class TuningSupervisor(JobSupervisor):
                      f"{self.objective['MetricName']}={value:g}")
             self.stop_trial(trial, "early-stopped")
 
-    def finish_trial(self, search, trial, desc: dict) -> None:
+    def finish_trial(self, search: Search | None, trial: Trial, desc: dict[str, Any]) -> None:
         """A trial ended: its final objective told to the search, the completion criteria and the log."""
         for value in self.new_values(trial):  # lines that landed with the end
             trial.curve.append(value)
         trial.status = desc["TrainingJobStatus"]
-        value = self.final_objective(trial, desc)
+        final = self.final_objective(trial, desc)
         if not trial.told:
-            trial.curve_final = value if trial.status in ("Completed", "Stopped") else None
+            trial.curve_final = final if trial.status in ("Completed", "Stopped") else None
             if search is not None:
                 state = "complete" if trial.curve_final is not None else "fail"
                 if trial.status == "Stopped" and trial.stop_reason == "early-stopped":
@@ -700,7 +716,7 @@ class TuningSupervisor(JobSupervisor):
 
 
 # ---- Describe / List ----------------------------------------------------------------------------------------------
-def _summary(backend, request: dict, record: dict) -> dict | None:
+def _summary(backend: LocalBackend, request: dict[str, Any], record: dict[str, Any]) -> dict[str, Any] | None:
     """HyperParameterTrainingJobSummary of one trial, from its live DescribeTrainingJob."""
     try:
         d = backend.describe("training", record["name"])
@@ -735,7 +751,8 @@ def _summary(backend, request: dict, record: dict) -> dict | None:
     return s
 
 
-def _summaries(backend, request: dict, state: dict) -> list[tuple[dict, dict]]:
+def _summaries(backend: LocalBackend, request: dict[str, Any],
+               state: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     out = []
     for record in state.get("trials") or []:
         s = _summary(backend, request, record)
@@ -744,10 +761,10 @@ def _summaries(backend, request: dict, state: dict) -> list[tuple[dict, dict]]:
     return out
 
 
-def best_of(pairs: list[tuple[dict, dict]], maximize: bool) -> dict | None:
+def best_of(pairs: list[tuple[dict[str, Any], dict[str, Any]]], maximize: bool) -> dict[str, Any] | None:
     """The best training job: the best objective among trials that ran their course (Completed, or stopped
     at Hyperband's MaxResource); among early-stopped ones only when none did."""
-    def tier(s: dict, record: dict) -> int:
+    def tier(s: dict[str, Any], record: dict[str, Any]) -> int:
         return 0 if s["TrainingJobStatus"] == "Completed" or record.get("stop_reason") == "max-resource" else 1
 
     scored = [(tier(s, r), s) for s, r in pairs if s.get("ObjectiveStatus") == "Succeeded"]
@@ -759,7 +776,7 @@ def best_of(pairs: list[tuple[dict, dict]], maximize: bool) -> dict | None:
     return pick(candidates, key=lambda s: s["FinalHyperParameterTuningJobObjectiveMetric"]["Value"])
 
 
-def describe(backend, request: dict, state: dict) -> dict:
+def describe(backend: LocalBackend, request: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     """DescribeHyperParameterTuningJob's response for a local tuning job."""
     name = request["HyperParameterTuningJobName"]
     maximize = objective_of(request)["Type"] == "Maximize"
@@ -790,7 +807,7 @@ def describe(backend, request: dict, state: dict) -> dict:
     if best is not None:
         d["BestTrainingJob"] = best
     if request.get("WarmStartConfig"):
-        overall = [(best, {})] if best else []
+        overall: list[tuple[dict[str, Any], dict[str, Any]]] = [(best, {})] if best else []
         for parent in request["WarmStartConfig"]["ParentHyperParameterTuningJobs"]:
             try:
                 pstate = backend._live_state("tuning", parent["HyperParameterTuningJobName"])
@@ -817,8 +834,9 @@ def describe(backend, request: dict, state: dict) -> dict:
 SORT_KEYS = ("Name", "CreationTime", "Status", "FinalObjectiveMetricValue")
 
 
-def list_training_jobs_for_tuning_job(backend, name: str, *, status_equals: str | None = None,
-                                      sort_by: str | None = None, sort_order: str | None = None) -> list[dict]:
+def list_training_jobs_for_tuning_job(backend: LocalBackend, name: str, *, status_equals: str | None = None,
+                                      sort_by: str | None = None,
+                                      sort_order: str | None = None) -> list[dict[str, Any]]:
     """ListTrainingJobsForHyperParameterTuningJob for a local tuning job: every trial's
     HyperParameterTrainingJobSummary (all pages), optionally only those in ``status_equals``, sorted by
     ``sort_by`` (Name, the default, CreationTime, Status or FinalObjectiveMetricValue; trials without an
