@@ -768,7 +768,7 @@ class ProcessingSupervisor(JobSupervisor):
             if self.procs:
                 self.end_all(5)
             status = "Failed"
-            if isinstance(e, (PlatformError, runtimes.RuntimeError_)):
+            if isinstance(e, (PlatformError, runtimes.RuntimeSetupError)):
                 reason = str(e)
             else:  # staging reads the user's data (their error); after it, ours
                 reason = f"{'InternalServerError' if stage_done else 'ClientError'}: {type(e).__name__}: {e}"

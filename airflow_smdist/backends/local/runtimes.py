@@ -109,7 +109,7 @@ NUMPY1_BEFORE = {"scikit-learn": "1.4.2", "xgboost": "2.1.0", "pyspark": "4.0.0"
                  "scipy": "1.13.0", "pandas": "2.2.2", "tensorflow-cpu": "2.18.0"}
 
 
-class RuntimeError_(RuntimeError):
+class RuntimeSetupError(RuntimeError):
     """A runtime that cannot be had: its message names the request field and the way out."""
 
     def __init__(self, field_name: str, message: str, fix: str, detail: str = "") -> None:
@@ -346,7 +346,7 @@ def framework_version(framework: str, tag: str) -> str | None:
 
 def image_spec(image: str, *, environment: dict | None = None, declared: dict | None = None,
                field_name: str = "AlgorithmSpecification.TrainingImage", builtin: bool = False) -> ImageSpec:
-    """What the runtime of ``image`` holds; a user image needs a declared runtime (else RuntimeError_).
+    """What the runtime of ``image`` holds; a user image needs a declared runtime (else RuntimeSetupError).
     ``builtin``: the image runs its built-in algorithm (the project's implementation of it, see
     :data:`BUILTIN_FLOORS`) rather than a script."""
     user = _declared_runtime(image, environment or {}, declared or {})
@@ -384,7 +384,7 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
                          notes=notes, left_out=tuple(entry.get("left_out") or ()),
                          source_builds=tuple(data.get("source_builds") or ()), manifest=f"{data['file']} {key}",
                          image_python=entry.get("python"))
-    raise RuntimeError_(field_name, f"{image!r} is not a SageMaker framework image with a local runtime, and no "
+    raise RuntimeSetupError(field_name, f"{image!r} is not a SageMaker framework image with a local runtime, and no "
                         "local runtime is declared for it.",
                         f"declare one: Environment {{'{REQUIREMENTS_KEY}': 'pkg==1.0 other'}} (requirement lines) or "
                         f"{{'{PYTHON_KEY}': '/path/to/bin/python'}} (an existing interpreter), or the smdist "
@@ -451,7 +451,7 @@ def check_image(kind: str, request: dict, declared: dict | None = None, context:
         return  # AlgorithmName and the like: the kind's own check_request refuses them
     try:
         spec = image_spec(image, environment=env, declared=declared, field_name=".".join(path))
-    except RuntimeError_ as e:
+    except RuntimeSetupError as e:
         raise SpecError(e.field, (context + ": " if context else "") + e.message, e.fix) from None
     if "torch" in spec.pins:
         torch_setting()  # which torch its runtime gets: a bad setting is refused before the job starts
@@ -500,7 +500,7 @@ def uv_binary() -> str:
         pass
     found = shutil.which("uv") or shutil.which("uv", path=os.path.dirname(sys.executable))
     if not found:
-        raise RuntimeError_("runtime", "building a local runtime needs uv, which is not installed.",
+        raise RuntimeSetupError("runtime", "building a local runtime needs uv, which is not installed.",
                             f"pip install uv (or set {RUNTIME_ENV}=worker).")
     return found
 
@@ -583,14 +583,14 @@ def tls_failure(output: str) -> str | None:
     return None
 
 
-def tls_error(field_name: str, what: str, line: str, output: str) -> RuntimeError_:
+def tls_error(field_name: str, what: str, line: str, output: str) -> RuntimeSetupError:
     """The error of a uv run whose TLS failed: that, uv's line and the URL, what uv was given, and the fix
     (not "does not install on this machine": nothing was downloaded)."""
     url = next((m.group(0).rstrip("`'\".,)") for m in re.finditer(r"https://\S+", output)), "")
     given = ", ".join(f"{k}={v}" for k, v in sorted(_clean_env().items())
                       if k in ("SSL_CERT_FILE", "SSL_CERT_DIR", "UV_NATIVE_TLS", "UV_SYSTEM_CERTS")) or "no CA setting"
     missing = [c for c in _pip_config()["cert"] if not os.path.exists(c)]
-    return RuntimeError_(
+    return RuntimeSetupError(
         field_name, f"{what}: TLS to the package index failed{f' ({url})' if url else ''}: uv says "
         f"\"{line}\" (uv had {given}{f'; pip cert {missing[0]} does not exist' if missing else ''}).",
         "give uv the CA certificate that signs the index's (a TLS-intercepting proxy's): pip's cert "
@@ -1002,7 +1002,7 @@ def _build_into(tmp: Path, spec: ImageSpec, torch: str | None, sources: list[str
     if code:
         if diskspace.says_disk_full(out):
             raise _OutOfSpace(diskspace.full_line(out))
-        raise RuntimeError_(field_name, f"uv could not make a virtual environment: {out[-800:]}",
+        raise RuntimeSetupError(field_name, f"uv could not make a virtual environment: {out[-800:]}",
                             f"check uv and {python}.")
     chosen = _install_first(uv, tmp, spec, torch, sources, log, field_name)
     paired = _install_companions(uv, tmp, spec, sources, log)
@@ -1026,17 +1026,17 @@ class _OutOfSpace(RuntimeError):
     """uv's run failed for want of disk space (its output says so): no other version set would fare better."""
 
 
-def _disk_full_error(field_name: str, spec: ImageSpec, cache: Path, exc: BaseException) -> RuntimeError_ | None:
+def _disk_full_error(field_name: str, spec: ImageSpec, cache: Path, exc: BaseException) -> RuntimeSetupError | None:
     """The error of a build that failed for want of space (a write of ours, or uv's), else None: the runtime
     cache's disk, how full and what fills it, where that is the full one (uv's line names a file in it, or it
     has next to no room left); else uv's own line."""
     if not (diskspace.is_disk_full(exc) or isinstance(exc, _OutOfSpace)):
         return None
     if not isinstance(exc, _OutOfSpace) or str(cache) in str(exc) or diskspace.looks_full(cache):
-        return RuntimeError_(field_name, f"no local runtime for {spec.image}: "
+        return RuntimeSetupError(field_name, f"no local runtime for {spec.image}: "
                              + diskspace.full_statement(cache, "the runtime cache"),
                              f"free space there, or set the runtime cache elsewhere ({CACHE_ENV}).")
-    return RuntimeError_(field_name, f"no local runtime for {spec.image}: uv ran out of disk space: \"{exc}\" "
+    return RuntimeSetupError(field_name, f"no local runtime for {spec.image}: uv ran out of disk space: \"{exc}\" "
                          f"(the runtime cache {diskspace.describe_disk(cache)} has room: another disk is full, "
                          "e.g. uv's own cache or TMPDIR).",
                          f"free space on the disk uv names, or set the runtime cache elsewhere ({CACHE_ENV}).")
@@ -1082,7 +1082,7 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
         failures.append(f"{label} ({' '.join(reqs)}): " + " ".join(reason[-3:]))
         log(f"{label} do not install together here (uv: {_uv_reason(reason)}); trying the next set")
     what = f"{spec.package} {spec.version}" if spec.package else f"the declared requirements of {spec.image}"
-    raise RuntimeError_(field_name, f"no local runtime for {spec.image}: {what} does not install on this "
+    raise RuntimeSetupError(field_name, f"no local runtime for {spec.image}: {what} does not install on this "
                         f"machine (Python {sys.version_info.major}.{sys.version_info.minor}).",
                         "use a framework version whose packages install here (a newer image), "
                         f"{RUNTIME_ENV}=worker, or backend='sagemaker'.",
@@ -1163,7 +1163,7 @@ def resolve(image: str | None, *, local_root: str | os.PathLike, job_dir: str | 
                       builtin=builtin)
     if spec.python:
         if not (os.path.isfile(spec.python) and os.access(spec.python, os.X_OK)):
-            raise RuntimeError_(PYTHON_KEY, f"{spec.python!r} is not an executable interpreter.",
+            raise RuntimeSetupError(PYTHON_KEY, f"{spec.python!r} is not an executable interpreter.",
                                 "give the full path of an existing python.")
         rt = Runtime(name=f"{spec.label()} (declared interpreter)", python=spec.python,
                      bin_dir=os.path.dirname(spec.python), root=os.path.dirname(os.path.dirname(spec.python)))

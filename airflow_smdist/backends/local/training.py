@@ -649,7 +649,7 @@ class TrainingSupervisor(JobSupervisor):
             if self.procs:
                 self.end_all(5)
             status, secondary = "Failed", "Failed"
-            reason = reason or (str(e) if isinstance(e, (PlatformError, runtimes.RuntimeError_))
+            reason = reason or (str(e) if isinstance(e, (PlatformError, runtimes.RuntimeSetupError))
                                 else f"{type(e).__name__}: {e}")
         finally:
             if self.agents is not None:
