@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from airflow_smdist.backends.local import diskspace, launcher
 from airflow_smdist.specs.errors import SpecError
@@ -86,7 +87,7 @@ MANIFESTS_DIR = Path(__file__).resolve().parent / "images"
 
 
 @functools.lru_cache(maxsize=1)
-def manifests() -> dict[str, dict]:
+def manifests() -> dict[str, dict[str, Any]]:
     """repository -> its family's manifest."""
     out = {}
     for path in sorted(MANIFESTS_DIR.glob("*.json")):
@@ -129,15 +130,17 @@ class Runtime:
     python: str  # the interpreter every host process of the job runs
     bin_dir: str  # first on the hosts' PATH (console scripts such as torchrun, spark-submit)
     root: str | None = None  # the environment's directory; None for the worker's interpreter
-    packages: dict = field(default_factory=dict)  # image package -> version installed here
-    notes: tuple = ()  # where it differs from the image (nearest versions, ...): in the log and description
-    left_out: tuple = ()  # what the image has and the runtime does not (its manifest's left_out entries)
+    packages: dict[str, str] = field(default_factory=dict)  # image package -> version installed here
+    notes: tuple[str, ...] = ()  # where it differs from the image (nearest versions, ...): in the log and description
+    # what the image has and the runtime does not (its manifest's left_out entries)
+    left_out: tuple[dict[str, Any], ...] = ()
     manifest: str | None = None  # the manifest file and version it was built from
-    env: dict = field(default_factory=dict)  # added to every host's environment (PYTHONPATH of the job layer)
+    env: dict[str, str] = field(default_factory=dict)  # added to every host's environment (PYTHONPATH of the job layer)
     platform_dir: str | None = None  # the job's private copy of the project files that run "as the image"
     job_bin: str | None = None  # the job's own commands (its ``pip``), first on PATH
     layer_bin: str | None = None  # console scripts its installs put in the job's layer (``ray``, ...), next
-    spark_s3: dict = field(default_factory=dict)  # a Spark runtime's S3A jars as built: {"package"} or {"why"}
+    # a Spark runtime's S3A jars as built: {"package"} or {"why"}
+    spark_s3: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_worker(self) -> bool:
@@ -194,7 +197,7 @@ class Runtime:
             raise ValueError("platform_script: the runtime was resolved without a job directory")
         return os.path.join(self.platform_dir, name)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "python": self.python, "bin_dir": self.bin_dir, "root": self.root,
                 "job_bin": self.job_bin, "layer_bin": self.layer_bin,
                 "packages": dict(self.packages), "notes": list(self.notes), "env": dict(self.env),
@@ -210,11 +213,11 @@ def runtime_mode() -> str:
     return mode
 
 
-def cache_dir(local_root: str | os.PathLike) -> Path:
+def cache_dir(local_root: str | os.PathLike[str]) -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path(local_root) / "runtimes")
 
 
-def worker_runtime(job_dir: str | os.PathLike | None = None) -> Runtime:
+def worker_runtime(job_dir: str | os.PathLike[str] | None = None) -> Runtime:
     """The Airflow worker's own interpreter (``SMDIST_LOCAL_RUNTIME=worker``)."""
     rt = Runtime(name="the Airflow worker's interpreter (SMDIST_LOCAL_RUNTIME=worker)", python=sys.executable,
                  bin_dir=os.path.dirname(sys.executable),
@@ -233,7 +236,7 @@ esac
 """
 
 
-def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
+def _with_platform(rt: Runtime, job_dir: str | os.PathLike[str] | None) -> Runtime:
     """Copy the project files that run "as part of the image" into the job's private ``platform/``; for a
     job runtime, give the job its layer (on PYTHONPATH) and a ``pip`` that installs into it."""
     if job_dir is None:
@@ -314,12 +317,14 @@ class ImageSpec:
     framework: str  # sklearn, xgboost, spark, pytorch, tensorflow, user
     version: str | None  # the framework version the image tag names
     package: str | None  # the framework's package
-    pins: dict  # package -> the image's version ("" when unknown: newest that agrees)
-    requirements: tuple = ()  # a user runtime's declared requirement lines
+    pins: dict[str, str]  # package -> the image's version ("" when unknown: newest that agrees)
+    requirements: tuple[str, ...] = ()  # a user runtime's declared requirement lines
     python: str | None = None  # a user runtime's declared interpreter
-    notes: tuple = ()  # differences decided here rather than found by the install
-    left_out: tuple = ()  # what the image has that the runtime cannot: ({package, version, why, instead}, ...)
-    source_builds: tuple = ()  # packages PyPI has as source only: allowed to build (the rest installs as wheels)
+    notes: tuple[str, ...] = ()  # differences decided here rather than found by the install
+    # what the image has that the runtime cannot: ({package, version, why, instead}, ...)
+    left_out: tuple[dict[str, Any], ...] = ()
+    # packages PyPI has as source only: allowed to build (the rest installs as wheels)
+    source_builds: tuple[str, ...] = ()
     manifest: str | None = None  # the manifest file and version it comes from, e.g. "scikit-learn.json 1.2"
     image_python: str | None = None  # the Python of the image (its manifest's), e.g. "3.9"
 
@@ -344,7 +349,7 @@ def framework_version(framework: str, tag: str) -> str | None:
     return m.group(1)
 
 
-def image_spec(image: str, *, environment: dict | None = None, declared: dict | None = None,
+def image_spec(image: str, *, environment: dict[str, str] | None = None, declared: dict[str, Any] | None = None,
                field_name: str = "AlgorithmSpecification.TrainingImage", builtin: bool = False) -> ImageSpec:
     """What the runtime of ``image`` holds; a user image needs a declared runtime (else RuntimeSetupError).
     ``builtin``: the image runs its built-in algorithm (the project's implementation of it, see
@@ -363,7 +368,7 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
             version = m.group(1) if m else None
         key, entry = _manifest_version(data, version)
         pins = dict(entry["packages"])
-        notes: tuple = ()
+        notes: tuple[str, ...] = ()
         if version and key != version and not (version.startswith(key + ".") or key.startswith(version + ".")):
             # a version the manifest does not list: the nearest listed image's packages, at the newest versions
             # that agree with the framework package at the tag's version
@@ -392,7 +397,7 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
                         f"[...]}}}}; or {RUNTIME_ENV}=worker to run in the worker's interpreter.")
 
 
-def _manifest_version(data: dict, version: str | None) -> tuple[str, dict]:
+def _manifest_version(data: dict[str, Any], version: str | None) -> tuple[str, dict[str, Any]]:
     """The manifest's entry for an image version: the one it names (``1.2`` for ``1.2``, ``2.5`` for ``2.5.1``),
     else the nearest below it (else the oldest listed); no version: the newest listed."""
     versions = data["versions"]
@@ -407,8 +412,8 @@ def _manifest_version(data: dict, version: str | None) -> tuple[str, dict]:
     return key, versions[key]
 
 
-def _declared_runtime(image: str, environment: dict, declared: dict) -> ImageSpec | None:
-    entry = None
+def _declared_runtime(image: str, environment: dict[str, str], declared: dict[str, Any]) -> ImageSpec | None:
+    entry: dict[str, Any] | None = None
     if environment.get(REQUIREMENTS_KEY) or environment.get(PYTHON_KEY):
         entry = {"requirements": environment.get(REQUIREMENTS_KEY), "python": environment.get(PYTHON_KEY)}
     else:
@@ -434,7 +439,7 @@ IMAGE_FIELDS = {
 _ENVIRONMENT_OF = {"tuning": ("TrainingJobDefinition",), "model": ("PrimaryContainer",)}
 
 
-def check_image(kind: str, request: dict, declared: dict | None = None, context: str = "") -> None:
+def check_image(kind: str, request: dict[str, Any], declared: dict[str, Any] | None = None, context: str = "") -> None:
     """Refuse, before the job starts, an image that has no local runtime (SpecError naming the fields).
     ``context`` says where the request comes from (e.g. the model a transform job names)."""
     if kind not in IMAGE_FIELDS or runtime_mode() == "worker":
@@ -466,7 +471,7 @@ def check_image(kind: str, request: dict, declared: dict | None = None, context:
                             f"{RUNTIME_ENV}=worker with 'airflow-smdist[local]' installed, or backend='sagemaker'.")
 
 
-def _mpi_enabled(hyperparameters: dict) -> bool:
+def _mpi_enabled(hyperparameters: dict[str, Any]) -> bool:
     try:
         return json.loads(hyperparameters.get("sagemaker_mpi_enabled") or "false") is True
     except (TypeError, ValueError):
@@ -701,7 +706,7 @@ def _run(cmd: list[str], log: Callable[[str], None] | None = None, cwd: str | No
 
 
 # -- building -----------------------------------------------------------------------------------------------
-def _numpy1(pins: dict, versions: dict[str, str]) -> bool:
+def _numpy1(pins: dict[str, str], versions: dict[str, str]) -> bool:
     """Whether a framework package at this version needs numpy < 2."""
     for pkg, first_numpy2 in NUMPY1_BEFORE.items():
         v = versions.get(pkg) or pins.get(pkg)
@@ -746,12 +751,15 @@ def attempts(spec: ImageSpec, torch: str | None) -> list[tuple[str, list[str]]]:
     does not import on this Python (:data:`PYTHON_FLOORS`) is the first that does, in every set."""
     if spec.framework == "user":
         return [("declared", list(spec.requirements))]
-    exact, near, major = [], [], []
+    exact: list[str] = []
+    near: list[str] = []
+    major: list[str] = []
     for pkg, version in spec.pins.items():
         version = python_floor(pkg, version) or version
         if pkg == "torch":
             pin = f"torch=={torch}" if torch else (f"torch=={version}.*" if _is_version(version) else "torch")
-            exact.append(pin), near.append(pin), major.append(pin)
+            for reqs in (exact, near, major):
+                reqs.append(pin)
             continue
         if not _is_version(version):
             continue  # installed afterwards, newest that agrees (see unpinned)
@@ -833,7 +841,7 @@ def companions(spec: ImageSpec) -> dict[str, str]:
 
 
 def _install_companions(uv: str, env_dir: Path, spec: ImageSpec, sources: list[str],
-                        log: Callable[[str], None]) -> dict[str, dict]:
+                        log: Callable[[str], None]) -> dict[str, dict[str, str]]:
     """Add each of :func:`companions` paired with the torch the runtime has: the image's version where that is
     the image's torch, else the release whose own requirement names that torch (the resolver picks it); nothing
     else changes (the environment's versions are constraints). A build that installs but does not import beside
@@ -849,7 +857,7 @@ def _install_companions(uv: str, env_dir: Path, spec: ImageSpec, sources: list[s
     pinned = env_dir / "companion-constraints.txt"
     pinned.write_text("".join(f"{k}=={v}\n" for k, v in sorted(have.items())))
     python = str(env_dir / "bin" / "python")
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, str]] = {}
     for pkg, version in wanted.items():
         req = f"{pkg}=={version}" if same and _is_version(version) else pkg
         code, text = _run([uv, "pip", "install", "--python", python, *sources, req, "--constraint", str(pinned),
@@ -873,7 +881,7 @@ def _install_companions(uv: str, env_dir: Path, spec: ImageSpec, sources: list[s
     return out
 
 
-def _install_spark_s3(uv: str, env_dir: Path, sources: list[str], log: Callable[[str], None]) -> dict:
+def _install_spark_s3(uv: str, env_dir: Path, sources: list[str], log: Callable[[str], None]) -> dict[str, str]:
     """Add :data:`SPARK_S3_PACKAGE` (its jars; nothing else changes). Returns {"package"} or {"why"}: a runtime
     without it still runs Spark apps, and a job's log says why s3:// is not there."""
     code, text = _run([uv, "pip", "install", "--python", str(env_dir / "bin" / "python"), *sources, "--no-deps",
@@ -909,7 +917,8 @@ def jar_version(path: str) -> str:
     return m.group(1) if m else "?"
 
 
-def _with_companions(left_out: tuple | list, paired: dict | None) -> tuple:
+def _with_companions(left_out: tuple[dict[str, Any], ...] | list[dict[str, Any]],
+                     paired: dict[str, dict[str, str]] | None) -> tuple[dict[str, Any], ...]:
     """The left-out list as a build found it: a companion it installed is not left out; one it could not install
     says why, as measured."""
     out = []
@@ -1150,8 +1159,8 @@ def load(final: Path, spec: ImageSpec | None = None) -> Runtime:
 
 
 # -- per job ------------------------------------------------------------------------------------------------
-def resolve(image: str | None, *, local_root: str | os.PathLike, job_dir: str | os.PathLike | None = None,
-            environment: dict | None = None, declared: dict | None = None,
+def resolve(image: str | None, *, local_root: str | os.PathLike[str], job_dir: str | os.PathLike[str] | None = None,
+            environment: dict[str, str] | None = None, declared: dict[str, Any] | None = None,
             log: Callable[[str], None] = lambda _m: None,
             field_name: str = "AlgorithmSpecification.TrainingImage", builtin: bool = False) -> Runtime:
     """The runtime of a job whose image is ``image`` (see the module docstring); says what in ``log``."""
@@ -1184,7 +1193,7 @@ def resolve(image: str | None, *, local_root: str | os.PathLike, job_dir: str | 
 Runner = Callable[[list[str], str], tuple[int, str]]
 
 
-def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os.PathLike,
+def install_layer(runtime: Runtime, code_dir: str | os.PathLike[str], layer: str | os.PathLike[str],
                   log: Callable[[str], None] = lambda _m: None, run: Runner | None = None,
                   cwd: str | None = None, installer: str = "the training toolkit's") -> Runtime:
     """The training toolkit's pre-run install for a code directory: ``setup.py`` present -> the package
@@ -1246,7 +1255,7 @@ def image_versions(runtime: Runtime) -> dict[str, str]:
             for ln in Path(path).read_text().splitlines() if "==" in ln}
 
 
-def _layer_install(runtime: Runtime, layer: str | os.PathLike) -> list[str]:
+def _layer_install(runtime: Runtime, layer: str | os.PathLike[str]) -> list[str]:
     # (copies: the host's cache and its layer are on different file systems, where uv warns on every install)
     return [uv_binary(), "pip", "install", "--python", runtime.python, "--target", str(layer), "--link-mode",
             "copy", *uv_source_args()]
