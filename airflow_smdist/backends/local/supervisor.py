@@ -381,6 +381,13 @@ class JobSupervisor:
         """Run the job to its end, writing its final state; the supervisor process's exit code."""
         raise NotImplementedError
 
+    @property
+    def resolved_runtime(self) -> runtimes.Runtime:
+        """:attr:`runtime`, which the kinds that run code resolve before any host starts (an error before)."""
+        if self.runtime is None:
+            raise RuntimeError(f"the {self.kind} job's runtime is used before it is resolved")
+        return self.runtime
+
     # -- state -----------------------------------------------------------------------------------
     def save(self, **changes: Any) -> None:
         """Update the state file. A failed job whose disk is full fails with the disk's reason; a full disk
