@@ -156,7 +156,7 @@ def test_describe_of_a_dead_supervisors_job_on_a_full_disk_answers_without_raisi
 def test_a_full_runtime_cache_says_so_instead_of_does_not_install(tmp_path, tmpfs):
     cache = tmpfs("cache", "2m")
     spec = runtimes.image_spec(OWN_IMAGE, environment={"SMDIST_LOCAL_REQUIREMENTS": "numpy"})
-    with pytest.raises(runtimes.RuntimeError_) as info:
+    with pytest.raises(runtimes.RuntimeSetupError) as info:
         runtimes.build(spec, cache)
     text = str(info.value)
     assert "does not install" not in text, text

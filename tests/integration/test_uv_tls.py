@@ -110,7 +110,7 @@ def behind_the_index(https_index, monkeypatch, tmp_path):
 def build_error(tmp_path) -> str:
     spec = runtimes.image_spec(SKLEARN_IMAGE)
     lines: list[str] = []
-    with pytest.raises(runtimes.RuntimeError_) as info:
+    with pytest.raises(runtimes.RuntimeSetupError) as info:
         runtimes.build(spec, tmp_path / "runtimes", lines.append)
     return str(info.value)
 

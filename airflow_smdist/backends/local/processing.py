@@ -45,7 +45,9 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from airflow_smdist.backends.local import (
     ACCOUNT,
@@ -66,6 +68,9 @@ from airflow_smdist.backends.local.supervisor import (
 )
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import safe_join
+
+if TYPE_CHECKING:
+    from airflow_smdist.backends.local import LocalBackend
 
 OPERATION = "CreateProcessingJob"
 OPT_ML = "/opt/ml"
@@ -96,7 +101,7 @@ CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONT
 _CONTAINER_PATH = re.compile(r"(^|[=,:])/opt/ml(?=/|$|,|:)")
 
 
-def resource_config(request: dict) -> dict:
+def resource_config(request: dict[str, Any]) -> dict[str, Any]:
     """A ResourceConfig-like dict (InstanceType, InstanceCount) from ProcessingResources.ClusterConfig, for
     :func:`contract.make_cluster`. With InstancePreferences the first preference is the one that runs."""
     cc = request["ProcessingResources"]["ClusterConfig"]
@@ -108,7 +113,7 @@ def resource_config(request: dict) -> dict:
     return {"InstanceType": itype or "ml.m5.xlarge", "InstanceCount": int(count or 1)}
 
 
-def is_spark(request: dict) -> bool:
+def is_spark(request: dict[str, Any]) -> bool:
     entry = request["AppSpecification"].get("ContainerEntrypoint") or []
     return bool(entry) and os.path.basename(entry[0]) == SPARK_SUBMIT
 
@@ -152,7 +157,7 @@ def spark_version(home: str) -> str | None:
     return None
 
 
-def image_spark_version(request: dict) -> str | None:
+def image_spark_version(request: dict[str, Any]) -> str | None:
     """The Spark version a SageMaker Spark processing image's tag names (``sagemaker-spark-processing:3.5-cpu``
     -> ``3.5``), else None."""
     parsed = runtimes.parse_image(request["AppSpecification"].get("ImageUri") or "")
@@ -179,10 +184,10 @@ def spark_master(n_hosts: int, n_cpus: int, conf: dict[str, str]) -> tuple[str, 
     raise PlatformError(f"SMDIST_LOCAL_SPARK_MASTER={mode!r}: use 'local' (default) or 'local-cluster'")
 
 
-def parse_smspark(argv: list[str]) -> dict:
+def parse_smspark(argv: list[str]) -> dict[str, Any]:
     """smspark-submit's command line (options, then the app, then its arguments verbatim), as its click
     parser reads it (``allow_interspersed_args=False``)."""
-    opts: dict = {"verbose": False}
+    opts: dict[str, Any] = {"verbose": False}
     i = 0
     while i < len(argv):
         tok = argv[i]
@@ -209,7 +214,7 @@ def parse_smspark(argv: list[str]) -> dict:
     raise ValueError("smspark-submit: missing parameter: app")
 
 
-def check_request(request: dict) -> None:
+def check_request(request: dict[str, Any]) -> None:
     """What the local backend cannot run, refused before anything is written, with the way out."""
     app = request["AppSpecification"]
     entry = app.get("ContainerEntrypoint")
@@ -277,20 +282,20 @@ class ProcessingSupervisor(JobSupervisor):
         super().__init__(job_dir)
         self.uploaded: dict[str, str] = {}  # "<host>:<uri>" -> size:mtime of the file uploaded there
         self.clashes: set[str] = set()  # URIs two hosts wrote (warned about once)
-        self.spark: dict | None = None  # the Spark run's event-log directories, once launched
+        self.spark: dict[str, str | None] | None = None  # the Spark run's event-log directories, once launched
         self.event_copies: dict[str, tuple[int, int]] = {}  # event log copy -> size, mtime of what it copied
 
     # -- staging ---------------------------------------------------------------------------------
-    def inputs(self) -> list[dict]:
+    def inputs(self) -> list[dict[str, Any]]:
         return [i for i in self.request.get("ProcessingInputs") or [] if i.get("S3Input") and not i.get("AppManaged")]
 
-    def outputs(self) -> list[dict]:
+    def outputs(self) -> list[dict[str, Any]]:
         return [o for o in (self.request.get("ProcessingOutputConfig") or {}).get("Outputs") or []
                 if o.get("S3Output") and not o.get("AppManaged")]
 
-    def processing_job_config(self) -> dict:
+    def processing_job_config(self) -> dict[str, Any]:
         """``/opt/ml/config/processingjobconfig.json``: the whole request as the platform echoes it."""
-        req = json.loads(json.dumps(self.request))
+        req: dict[str, Any] = json.loads(json.dumps(self.request))
         req.pop("Tags", None)
         req["ProcessingJobArn"] = self.state.get("arn") or self.arn()
         app = req["AppSpecification"]
@@ -393,10 +398,11 @@ class ProcessingSupervisor(JobSupervisor):
         """smspark's publisher: Spark writes events to a private directory; they are copied into the
         ``--local-spark-event-logs-dir`` (``.inprogress`` dropped) for the output to upload, each when it
         changed (a copy rewrites the file, and a Continuous output uploads every rewritten file again)."""
-        spark = self.spark
-        if not spark or not spark.get("events_tmp") or not spark.get("events_dir"):
+        spark = self.spark or {}
+        events_tmp, events_dir = spark.get("events_tmp"), spark.get("events_dir")
+        if not events_tmp or not events_dir:
             return
-        src, dst = Path(spark["events_tmp"]), Path(spark["events_dir"])
+        src, dst = Path(events_tmp), Path(events_dir)
         hd = self.host_dir(self.cluster.by_name(self.cluster.master))
         rel_dst = os.path.relpath(dst, hd)
         if rel_dst.startswith(".."):
@@ -443,7 +449,7 @@ class ProcessingSupervisor(JobSupervisor):
         return bool((self.request.get("NetworkConfig") or {}).get("EnableNetworkIsolation"))
 
     def host_env(self, host: contract.Host, base: str, n_cpus: int) -> dict[str, str]:
-        env = self.runtime.apply(self.base_env())
+        env = self.resolved_runtime.apply(self.base_env())
         env.update({"SAGEMAKER_BASE_DIR": base, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(n_cpus)})
         env.update(self.request.get("Environment") or {})
         return env
@@ -453,7 +459,7 @@ class ProcessingSupervisor(JobSupervisor):
 
         cmd = [relocate(t, base) for t in entry]
         if cmd and is_python_command(cmd[0]):
-            cmd[0] = self.runtime.python
+            cmd[0] = self.resolved_runtime.python
         return cmd
 
     def launch(self, cluster: contract.Cluster, isolation: str) -> None:
@@ -476,15 +482,16 @@ class ProcessingSupervisor(JobSupervisor):
         hd = self.host_dir(primary)
         base = OPT_ML if isolation == "namespace" else str(hd)
         opts = parse_smspark([relocate(t, base) for t in argv[1:]])
-        outside = lambda p: relocate(p, str(hd))  # noqa: E731 - the supervisor's view of a container path
-        inside = lambda p: base + p[len(str(hd)):] if p.startswith(str(hd) + "/") else p  # noqa: E731 - the host's
+        outside: Callable[[str], str] = lambda p: relocate(p, str(hd))  # noqa: E731 - the supervisor's view of a container path
+        inside: Callable[[str], str] = lambda p: base + p[len(str(hd)):] if p.startswith(str(hd) + "/") else p  # noqa: E731 - the host's
         work = self.dir / "spark" / primary.label
         conf_dir, events_tmp, deps_dir, cwd = work / "conf", work / "events", work / "deps", work / "work"
         for d in (conf_dir, events_tmp, deps_dir, cwd):
             d.mkdir(parents=True, exist_ok=True)
         n_hosts = len(cluster.hosts)
         env = self.host_env(primary, base, n_cpus)
-        env.update({"PYSPARK_PYTHON": self.runtime.python, "PYSPARK_DRIVER_PYTHON": self.runtime.python,
+        python = self.resolved_runtime.python
+        env.update({"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
                     "SPARK_LOCAL_IP": primary.address, "SPARK_CONF_DIR": str(conf_dir)})
         home = real_home = self.runtime_spark_home()
         self.say_spark_mismatch(home)
@@ -546,9 +553,9 @@ class ProcessingSupervisor(JobSupervisor):
 
     def runtime_spark_home(self) -> str:
         """The Spark of the job's runtime (its pyspark: the image's Spark version), or the worker's."""
-        home = spark_home() if self.runtime.is_worker else self.runtime.spark_home()
+        home = spark_home() if self.resolved_runtime.is_worker else self.resolved_runtime.spark_home()
         if home is None:
-            raise PlatformError(f"ClientError: the job's runtime ({self.runtime.name}) has no pyspark to run "
+            raise PlatformError(f"ClientError: the job's runtime ({self.resolved_runtime.name}) has no pyspark to run "
                                 "smspark-submit with")
         return home
 
@@ -557,12 +564,12 @@ class ProcessingSupervisor(JobSupervisor):
         wanted, running = image_spark_version(self.request), spark_version(home)
         if not wanted or not running or running == wanted or running.startswith(wanted + "."):
             return
-        if not self.runtime.is_worker:
-            source, fix = (f"the job's runtime ({self.runtime.name}), the nearest that installs here",
+        if not self.resolved_runtime.is_worker:
+            source, fix = (f"the job's runtime ({self.resolved_runtime.name}), the nearest that installs here",
                            "backend='sagemaker' runs the image's own")
         else:
             source = (f"SPARK_HOME={home}" if os.environ.get("SPARK_HOME") == home
-                      else f"the worker's pyspark ({self.runtime.name})")
+                      else f"the worker's pyspark ({self.resolved_runtime.name})")
             fix = f"{runtimes.RUNTIME_ENV}=image (the default) runs it on pyspark {wanted}"
         self.say(f"warning: the image runs Spark {wanted} (framework_version {wanted}) but this job runs on Spark "
                  f"{running}, from {source}: APIs and defaults may differ; {fix}")
@@ -590,7 +597,8 @@ class ProcessingSupervisor(JobSupervisor):
         with open(self.dir / "logs" / f"{host.label}.jsonl", "a") as f:
             f.write(json.dumps({"t": time.time(), "m": message}) + "\n")
 
-    def expand_deps(self, value: str, outside, deps_dir: Path, inside=lambda p: p) -> str:
+    def expand_deps(self, value: str, outside: Callable[[str], str], deps_dir: Path,
+                    inside: Callable[[str], str] = lambda p: p) -> str:
         """smspark's _get_list_of_files: a directory becomes the files in it; s3:// (and file://) URIs are
         fetched into the job directory by the platform (with the job's storage, as smspark does before spark-submit:
         the app's own S3A may have no credentials). Paths as the host sees them
@@ -616,7 +624,7 @@ class ProcessingSupervisor(JobSupervisor):
                 raise PlatformError(f"ClientError: smspark-submit: file path {item} does not exist")
         return ",".join(out)
 
-    def read_configuration(self, hd: Path) -> list[dict]:
+    def read_configuration(self, hd: Path) -> list[dict[str, Any]]:
         path = safe_join(hd, container_rel(CONF_FILE))
         if not path.exists():
             return []
@@ -653,19 +661,21 @@ class ProcessingSupervisor(JobSupervisor):
 
     def spark_s3_missing(self) -> str:
         """Why the job's Spark has no S3A jars (as its runtime's build recorded it)."""
-        if self.runtime.is_worker:
+        if self.resolved_runtime.is_worker:
             return (f"the worker's pyspark ({runtimes.RUNTIME_ENV}=worker) has no {runtimes.SPARK_S3_PACKAGE} "
                     "beside it")
-        return (self.runtime.spark_s3.get("why")
+        return (self.resolved_runtime.spark_s3.get("why")
                 or f"the job's runtime has no {runtimes.SPARK_S3_PACKAGE} (built before it was added)")
 
-    def apply_configuration(self, configuration: list[dict], conf_dir: Path,
+    def apply_configuration(self, configuration: list[dict[str, Any]], conf_dir: Path,
                             core_site: dict[str, str] | None = None) -> dict[str, str]:
         """Write the classifications into the job's SPARK_CONF_DIR (the core-site classification over
         ``core_site``, the container's own); return the spark-defaults (as --conf)."""
         defaults: dict[str, str] = {}
-        env_lines, log4j, metrics = [], {}, {}
-        site: dict[str, dict] = {"core-site.xml": dict(core_site)} if core_site else {}
+        env_lines: list[str] = []
+        log4j: dict[str, str] = {}
+        metrics: dict[str, str] = {}
+        site: dict[str, dict[str, str]] = {"core-site.xml": dict(core_site)} if core_site else {}
         for entry in configuration:
             name, props = entry.get("Classification"), entry.get("Properties") or {}
             if name == "spark-defaults":
@@ -693,7 +703,8 @@ class ProcessingSupervisor(JobSupervisor):
             body = "".join(f"  <property>\n    <name>{_xml(k)}</name>\n    <value>{_xml(v)}</value>\n  </property>\n"
                            for k, v in props.items())
             (conf_dir / fname).write_text('<?xml version="1.0"?>\n<configuration>\n' + body + "</configuration>\n")
-        applied = [e.get("Classification") for e in configuration if e.get("Classification") not in NO_LOCAL_EFFECT]
+        applied = [e["Classification"] for e in configuration
+                   if e.get("Classification") and e["Classification"] not in NO_LOCAL_EFFECT]
         if applied:
             self.say(f"configuration applied: {', '.join(applied)}")
         return defaults
@@ -768,7 +779,7 @@ class ProcessingSupervisor(JobSupervisor):
             if self.procs:
                 self.end_all(5)
             status = "Failed"
-            if isinstance(e, (PlatformError, runtimes.RuntimeError_)):
+            if isinstance(e, (PlatformError, runtimes.RuntimeSetupError)):
                 reason = str(e)
             else:  # staging reads the user's data (their error); after it, ours
                 reason = f"{'InternalServerError' if stage_done else 'ClientError'}: {type(e).__name__}: {e}"
@@ -826,10 +837,10 @@ def _log4j2_properties(props: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def describe(backend, request: dict, state: dict) -> dict:
+def describe(backend: LocalBackend, request: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     """DescribeProcessingJob's response for a local job."""
     name = request["ProcessingJobName"]
-    d: dict = {
+    d: dict[str, Any] = {
         "ProcessingJobName": name,
         "ProcessingJobArn": backend.arn("processing", name),
         "ProcessingJobStatus": state["status"],

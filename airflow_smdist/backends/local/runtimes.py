@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from airflow_smdist.backends.local import diskspace, launcher
 from airflow_smdist.specs.errors import SpecError
@@ -86,7 +87,7 @@ MANIFESTS_DIR = Path(__file__).resolve().parent / "images"
 
 
 @functools.lru_cache(maxsize=1)
-def manifests() -> dict[str, dict]:
+def manifests() -> dict[str, dict[str, Any]]:
     """repository -> its family's manifest."""
     out = {}
     for path in sorted(MANIFESTS_DIR.glob("*.json")):
@@ -109,7 +110,7 @@ NUMPY1_BEFORE = {"scikit-learn": "1.4.2", "xgboost": "2.1.0", "pyspark": "4.0.0"
                  "scipy": "1.13.0", "pandas": "2.2.2", "tensorflow-cpu": "2.18.0"}
 
 
-class RuntimeError_(RuntimeError):
+class RuntimeSetupError(RuntimeError):
     """A runtime that cannot be had: its message names the request field and the way out."""
 
     def __init__(self, field_name: str, message: str, fix: str, detail: str = "") -> None:
@@ -129,15 +130,17 @@ class Runtime:
     python: str  # the interpreter every host process of the job runs
     bin_dir: str  # first on the hosts' PATH (console scripts such as torchrun, spark-submit)
     root: str | None = None  # the environment's directory; None for the worker's interpreter
-    packages: dict = field(default_factory=dict)  # image package -> version installed here
-    notes: tuple = ()  # where it differs from the image (nearest versions, ...): in the log and description
-    left_out: tuple = ()  # what the image has and the runtime does not (its manifest's left_out entries)
+    packages: dict[str, str] = field(default_factory=dict)  # image package -> version installed here
+    notes: tuple[str, ...] = ()  # where it differs from the image (nearest versions, ...): in the log and description
+    # what the image has and the runtime does not (its manifest's left_out entries)
+    left_out: tuple[dict[str, Any], ...] = ()
     manifest: str | None = None  # the manifest file and version it was built from
-    env: dict = field(default_factory=dict)  # added to every host's environment (PYTHONPATH of the job layer)
+    env: dict[str, str] = field(default_factory=dict)  # added to every host's environment (PYTHONPATH of the job layer)
     platform_dir: str | None = None  # the job's private copy of the project files that run "as the image"
     job_bin: str | None = None  # the job's own commands (its ``pip``), first on PATH
     layer_bin: str | None = None  # console scripts its installs put in the job's layer (``ray``, ...), next
-    spark_s3: dict = field(default_factory=dict)  # a Spark runtime's S3A jars as built: {"package"} or {"why"}
+    # a Spark runtime's S3A jars as built: {"package"} or {"why"}
+    spark_s3: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_worker(self) -> bool:
@@ -194,7 +197,7 @@ class Runtime:
             raise ValueError("platform_script: the runtime was resolved without a job directory")
         return os.path.join(self.platform_dir, name)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "python": self.python, "bin_dir": self.bin_dir, "root": self.root,
                 "job_bin": self.job_bin, "layer_bin": self.layer_bin,
                 "packages": dict(self.packages), "notes": list(self.notes), "env": dict(self.env),
@@ -210,11 +213,11 @@ def runtime_mode() -> str:
     return mode
 
 
-def cache_dir(local_root: str | os.PathLike) -> Path:
+def cache_dir(local_root: str | os.PathLike[str]) -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path(local_root) / "runtimes")
 
 
-def worker_runtime(job_dir: str | os.PathLike | None = None) -> Runtime:
+def worker_runtime(job_dir: str | os.PathLike[str] | None = None) -> Runtime:
     """The Airflow worker's own interpreter (``SMDIST_LOCAL_RUNTIME=worker``)."""
     rt = Runtime(name="the Airflow worker's interpreter (SMDIST_LOCAL_RUNTIME=worker)", python=sys.executable,
                  bin_dir=os.path.dirname(sys.executable),
@@ -233,7 +236,7 @@ esac
 """
 
 
-def _with_platform(rt: Runtime, job_dir: str | os.PathLike | None) -> Runtime:
+def _with_platform(rt: Runtime, job_dir: str | os.PathLike[str] | None) -> Runtime:
     """Copy the project files that run "as part of the image" into the job's private ``platform/``; for a
     job runtime, give the job its layer (on PYTHONPATH) and a ``pip`` that installs into it."""
     if job_dir is None:
@@ -314,12 +317,14 @@ class ImageSpec:
     framework: str  # sklearn, xgboost, spark, pytorch, tensorflow, user
     version: str | None  # the framework version the image tag names
     package: str | None  # the framework's package
-    pins: dict  # package -> the image's version ("" when unknown: newest that agrees)
-    requirements: tuple = ()  # a user runtime's declared requirement lines
+    pins: dict[str, str]  # package -> the image's version ("" when unknown: newest that agrees)
+    requirements: tuple[str, ...] = ()  # a user runtime's declared requirement lines
     python: str | None = None  # a user runtime's declared interpreter
-    notes: tuple = ()  # differences decided here rather than found by the install
-    left_out: tuple = ()  # what the image has that the runtime cannot: ({package, version, why, instead}, ...)
-    source_builds: tuple = ()  # packages PyPI has as source only: allowed to build (the rest installs as wheels)
+    notes: tuple[str, ...] = ()  # differences decided here rather than found by the install
+    # what the image has that the runtime cannot: ({package, version, why, instead}, ...)
+    left_out: tuple[dict[str, Any], ...] = ()
+    # packages PyPI has as source only: allowed to build (the rest installs as wheels)
+    source_builds: tuple[str, ...] = ()
     manifest: str | None = None  # the manifest file and version it comes from, e.g. "scikit-learn.json 1.2"
     image_python: str | None = None  # the Python of the image (its manifest's), e.g. "3.9"
 
@@ -344,9 +349,9 @@ def framework_version(framework: str, tag: str) -> str | None:
     return m.group(1)
 
 
-def image_spec(image: str, *, environment: dict | None = None, declared: dict | None = None,
+def image_spec(image: str, *, environment: dict[str, str] | None = None, declared: dict[str, Any] | None = None,
                field_name: str = "AlgorithmSpecification.TrainingImage", builtin: bool = False) -> ImageSpec:
-    """What the runtime of ``image`` holds; a user image needs a declared runtime (else RuntimeError_).
+    """What the runtime of ``image`` holds; a user image needs a declared runtime (else RuntimeSetupError).
     ``builtin``: the image runs its built-in algorithm (the project's implementation of it, see
     :data:`BUILTIN_FLOORS`) rather than a script."""
     user = _declared_runtime(image, environment or {}, declared or {})
@@ -363,7 +368,7 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
             version = m.group(1) if m else None
         key, entry = _manifest_version(data, version)
         pins = dict(entry["packages"])
-        notes: tuple = ()
+        notes: tuple[str, ...] = ()
         if version and key != version and not (version.startswith(key + ".") or key.startswith(version + ".")):
             # a version the manifest does not list: the nearest listed image's packages, at the newest versions
             # that agree with the framework package at the tag's version
@@ -384,7 +389,7 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
                          notes=notes, left_out=tuple(entry.get("left_out") or ()),
                          source_builds=tuple(data.get("source_builds") or ()), manifest=f"{data['file']} {key}",
                          image_python=entry.get("python"))
-    raise RuntimeError_(field_name, f"{image!r} is not a SageMaker framework image with a local runtime, and no "
+    raise RuntimeSetupError(field_name, f"{image!r} is not a SageMaker framework image with a local runtime, and no "
                         "local runtime is declared for it.",
                         f"declare one: Environment {{'{REQUIREMENTS_KEY}': 'pkg==1.0 other'}} (requirement lines) or "
                         f"{{'{PYTHON_KEY}': '/path/to/bin/python'}} (an existing interpreter), or the smdist "
@@ -392,7 +397,7 @@ def image_spec(image: str, *, environment: dict | None = None, declared: dict | 
                         f"[...]}}}}; or {RUNTIME_ENV}=worker to run in the worker's interpreter.")
 
 
-def _manifest_version(data: dict, version: str | None) -> tuple[str, dict]:
+def _manifest_version(data: dict[str, Any], version: str | None) -> tuple[str, dict[str, Any]]:
     """The manifest's entry for an image version: the one it names (``1.2`` for ``1.2``, ``2.5`` for ``2.5.1``),
     else the nearest below it (else the oldest listed); no version: the newest listed."""
     versions = data["versions"]
@@ -407,8 +412,8 @@ def _manifest_version(data: dict, version: str | None) -> tuple[str, dict]:
     return key, versions[key]
 
 
-def _declared_runtime(image: str, environment: dict, declared: dict) -> ImageSpec | None:
-    entry = None
+def _declared_runtime(image: str, environment: dict[str, str], declared: dict[str, Any]) -> ImageSpec | None:
+    entry: dict[str, Any] | None = None
     if environment.get(REQUIREMENTS_KEY) or environment.get(PYTHON_KEY):
         entry = {"requirements": environment.get(REQUIREMENTS_KEY), "python": environment.get(PYTHON_KEY)}
     else:
@@ -434,7 +439,7 @@ IMAGE_FIELDS = {
 _ENVIRONMENT_OF = {"tuning": ("TrainingJobDefinition",), "model": ("PrimaryContainer",)}
 
 
-def check_image(kind: str, request: dict, declared: dict | None = None, context: str = "") -> None:
+def check_image(kind: str, request: dict[str, Any], declared: dict[str, Any] | None = None, context: str = "") -> None:
     """Refuse, before the job starts, an image that has no local runtime (SpecError naming the fields).
     ``context`` says where the request comes from (e.g. the model a transform job names)."""
     if kind not in IMAGE_FIELDS or runtime_mode() == "worker":
@@ -451,7 +456,7 @@ def check_image(kind: str, request: dict, declared: dict | None = None, context:
         return  # AlgorithmName and the like: the kind's own check_request refuses them
     try:
         spec = image_spec(image, environment=env, declared=declared, field_name=".".join(path))
-    except RuntimeError_ as e:
+    except RuntimeSetupError as e:
         raise SpecError(e.field, (context + ": " if context else "") + e.message, e.fix) from None
     if "torch" in spec.pins:
         torch_setting()  # which torch its runtime gets: a bad setting is refused before the job starts
@@ -466,7 +471,7 @@ def check_image(kind: str, request: dict, declared: dict | None = None, context:
                             f"{RUNTIME_ENV}=worker with 'airflow-smdist[local]' installed, or backend='sagemaker'.")
 
 
-def _mpi_enabled(hyperparameters: dict) -> bool:
+def _mpi_enabled(hyperparameters: dict[str, Any]) -> bool:
     try:
         return json.loads(hyperparameters.get("sagemaker_mpi_enabled") or "false") is True
     except (TypeError, ValueError):
@@ -500,7 +505,7 @@ def uv_binary() -> str:
         pass
     found = shutil.which("uv") or shutil.which("uv", path=os.path.dirname(sys.executable))
     if not found:
-        raise RuntimeError_("runtime", "building a local runtime needs uv, which is not installed.",
+        raise RuntimeSetupError("runtime", "building a local runtime needs uv, which is not installed.",
                             f"pip install uv (or set {RUNTIME_ENV}=worker).")
     return found
 
@@ -583,14 +588,14 @@ def tls_failure(output: str) -> str | None:
     return None
 
 
-def tls_error(field_name: str, what: str, line: str, output: str) -> RuntimeError_:
+def tls_error(field_name: str, what: str, line: str, output: str) -> RuntimeSetupError:
     """The error of a uv run whose TLS failed: that, uv's line and the URL, what uv was given, and the fix
     (not "does not install on this machine": nothing was downloaded)."""
     url = next((m.group(0).rstrip("`'\".,)") for m in re.finditer(r"https://\S+", output)), "")
     given = ", ".join(f"{k}={v}" for k, v in sorted(_clean_env().items())
                       if k in ("SSL_CERT_FILE", "SSL_CERT_DIR", "UV_NATIVE_TLS", "UV_SYSTEM_CERTS")) or "no CA setting"
     missing = [c for c in _pip_config()["cert"] if not os.path.exists(c)]
-    return RuntimeError_(
+    return RuntimeSetupError(
         field_name, f"{what}: TLS to the package index failed{f' ({url})' if url else ''}: uv says "
         f"\"{line}\" (uv had {given}{f'; pip cert {missing[0]} does not exist' if missing else ''}).",
         "give uv the CA certificate that signs the index's (a TLS-intercepting proxy's): pip's cert "
@@ -701,7 +706,7 @@ def _run(cmd: list[str], log: Callable[[str], None] | None = None, cwd: str | No
 
 
 # -- building -----------------------------------------------------------------------------------------------
-def _numpy1(pins: dict, versions: dict[str, str]) -> bool:
+def _numpy1(pins: dict[str, str], versions: dict[str, str]) -> bool:
     """Whether a framework package at this version needs numpy < 2."""
     for pkg, first_numpy2 in NUMPY1_BEFORE.items():
         v = versions.get(pkg) or pins.get(pkg)
@@ -746,12 +751,15 @@ def attempts(spec: ImageSpec, torch: str | None) -> list[tuple[str, list[str]]]:
     does not import on this Python (:data:`PYTHON_FLOORS`) is the first that does, in every set."""
     if spec.framework == "user":
         return [("declared", list(spec.requirements))]
-    exact, near, major = [], [], []
+    exact: list[str] = []
+    near: list[str] = []
+    major: list[str] = []
     for pkg, version in spec.pins.items():
         version = python_floor(pkg, version) or version
         if pkg == "torch":
             pin = f"torch=={torch}" if torch else (f"torch=={version}.*" if _is_version(version) else "torch")
-            exact.append(pin), near.append(pin), major.append(pin)
+            for reqs in (exact, near, major):
+                reqs.append(pin)
             continue
         if not _is_version(version):
             continue  # installed afterwards, newest that agrees (see unpinned)
@@ -833,7 +841,7 @@ def companions(spec: ImageSpec) -> dict[str, str]:
 
 
 def _install_companions(uv: str, env_dir: Path, spec: ImageSpec, sources: list[str],
-                        log: Callable[[str], None]) -> dict[str, dict]:
+                        log: Callable[[str], None]) -> dict[str, dict[str, str]]:
     """Add each of :func:`companions` paired with the torch the runtime has: the image's version where that is
     the image's torch, else the release whose own requirement names that torch (the resolver picks it); nothing
     else changes (the environment's versions are constraints). A build that installs but does not import beside
@@ -849,7 +857,7 @@ def _install_companions(uv: str, env_dir: Path, spec: ImageSpec, sources: list[s
     pinned = env_dir / "companion-constraints.txt"
     pinned.write_text("".join(f"{k}=={v}\n" for k, v in sorted(have.items())))
     python = str(env_dir / "bin" / "python")
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, str]] = {}
     for pkg, version in wanted.items():
         req = f"{pkg}=={version}" if same and _is_version(version) else pkg
         code, text = _run([uv, "pip", "install", "--python", python, *sources, req, "--constraint", str(pinned),
@@ -873,7 +881,7 @@ def _install_companions(uv: str, env_dir: Path, spec: ImageSpec, sources: list[s
     return out
 
 
-def _install_spark_s3(uv: str, env_dir: Path, sources: list[str], log: Callable[[str], None]) -> dict:
+def _install_spark_s3(uv: str, env_dir: Path, sources: list[str], log: Callable[[str], None]) -> dict[str, str]:
     """Add :data:`SPARK_S3_PACKAGE` (its jars; nothing else changes). Returns {"package"} or {"why"}: a runtime
     without it still runs Spark apps, and a job's log says why s3:// is not there."""
     code, text = _run([uv, "pip", "install", "--python", str(env_dir / "bin" / "python"), *sources, "--no-deps",
@@ -909,7 +917,8 @@ def jar_version(path: str) -> str:
     return m.group(1) if m else "?"
 
 
-def _with_companions(left_out: tuple | list, paired: dict | None) -> tuple:
+def _with_companions(left_out: tuple[dict[str, Any], ...] | list[dict[str, Any]],
+                     paired: dict[str, dict[str, str]] | None) -> tuple[dict[str, Any], ...]:
     """The left-out list as a build found it: a companion it installed is not left out; one it could not install
     says why, as measured."""
     out = []
@@ -1002,7 +1011,7 @@ def _build_into(tmp: Path, spec: ImageSpec, torch: str | None, sources: list[str
     if code:
         if diskspace.says_disk_full(out):
             raise _OutOfSpace(diskspace.full_line(out))
-        raise RuntimeError_(field_name, f"uv could not make a virtual environment: {out[-800:]}",
+        raise RuntimeSetupError(field_name, f"uv could not make a virtual environment: {out[-800:]}",
                             f"check uv and {python}.")
     chosen = _install_first(uv, tmp, spec, torch, sources, log, field_name)
     paired = _install_companions(uv, tmp, spec, sources, log)
@@ -1026,17 +1035,17 @@ class _OutOfSpace(RuntimeError):
     """uv's run failed for want of disk space (its output says so): no other version set would fare better."""
 
 
-def _disk_full_error(field_name: str, spec: ImageSpec, cache: Path, exc: BaseException) -> RuntimeError_ | None:
+def _disk_full_error(field_name: str, spec: ImageSpec, cache: Path, exc: BaseException) -> RuntimeSetupError | None:
     """The error of a build that failed for want of space (a write of ours, or uv's), else None: the runtime
     cache's disk, how full and what fills it, where that is the full one (uv's line names a file in it, or it
     has next to no room left); else uv's own line."""
     if not (diskspace.is_disk_full(exc) or isinstance(exc, _OutOfSpace)):
         return None
     if not isinstance(exc, _OutOfSpace) or str(cache) in str(exc) or diskspace.looks_full(cache):
-        return RuntimeError_(field_name, f"no local runtime for {spec.image}: "
+        return RuntimeSetupError(field_name, f"no local runtime for {spec.image}: "
                              + diskspace.full_statement(cache, "the runtime cache"),
                              f"free space there, or set the runtime cache elsewhere ({CACHE_ENV}).")
-    return RuntimeError_(field_name, f"no local runtime for {spec.image}: uv ran out of disk space: \"{exc}\" "
+    return RuntimeSetupError(field_name, f"no local runtime for {spec.image}: uv ran out of disk space: \"{exc}\" "
                          f"(the runtime cache {diskspace.describe_disk(cache)} has room: another disk is full, "
                          "e.g. uv's own cache or TMPDIR).",
                          f"free space on the disk uv names, or set the runtime cache elsewhere ({CACHE_ENV}).")
@@ -1082,7 +1091,7 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
         failures.append(f"{label} ({' '.join(reqs)}): " + " ".join(reason[-3:]))
         log(f"{label} do not install together here (uv: {_uv_reason(reason)}); trying the next set")
     what = f"{spec.package} {spec.version}" if spec.package else f"the declared requirements of {spec.image}"
-    raise RuntimeError_(field_name, f"no local runtime for {spec.image}: {what} does not install on this "
+    raise RuntimeSetupError(field_name, f"no local runtime for {spec.image}: {what} does not install on this "
                         f"machine (Python {sys.version_info.major}.{sys.version_info.minor}).",
                         "use a framework version whose packages install here (a newer image), "
                         f"{RUNTIME_ENV}=worker, or backend='sagemaker'.",
@@ -1150,8 +1159,8 @@ def load(final: Path, spec: ImageSpec | None = None) -> Runtime:
 
 
 # -- per job ------------------------------------------------------------------------------------------------
-def resolve(image: str | None, *, local_root: str | os.PathLike, job_dir: str | os.PathLike | None = None,
-            environment: dict | None = None, declared: dict | None = None,
+def resolve(image: str | None, *, local_root: str | os.PathLike[str], job_dir: str | os.PathLike[str] | None = None,
+            environment: dict[str, str] | None = None, declared: dict[str, Any] | None = None,
             log: Callable[[str], None] = lambda _m: None,
             field_name: str = "AlgorithmSpecification.TrainingImage", builtin: bool = False) -> Runtime:
     """The runtime of a job whose image is ``image`` (see the module docstring); says what in ``log``."""
@@ -1163,7 +1172,7 @@ def resolve(image: str | None, *, local_root: str | os.PathLike, job_dir: str | 
                       builtin=builtin)
     if spec.python:
         if not (os.path.isfile(spec.python) and os.access(spec.python, os.X_OK)):
-            raise RuntimeError_(PYTHON_KEY, f"{spec.python!r} is not an executable interpreter.",
+            raise RuntimeSetupError(PYTHON_KEY, f"{spec.python!r} is not an executable interpreter.",
                                 "give the full path of an existing python.")
         rt = Runtime(name=f"{spec.label()} (declared interpreter)", python=spec.python,
                      bin_dir=os.path.dirname(spec.python), root=os.path.dirname(os.path.dirname(spec.python)))
@@ -1184,7 +1193,7 @@ def resolve(image: str | None, *, local_root: str | os.PathLike, job_dir: str | 
 Runner = Callable[[list[str], str], tuple[int, str]]
 
 
-def install_layer(runtime: Runtime, code_dir: str | os.PathLike, layer: str | os.PathLike,
+def install_layer(runtime: Runtime, code_dir: str | os.PathLike[str], layer: str | os.PathLike[str],
                   log: Callable[[str], None] = lambda _m: None, run: Runner | None = None,
                   cwd: str | None = None, installer: str = "the training toolkit's") -> Runtime:
     """The training toolkit's pre-run install for a code directory: ``setup.py`` present -> the package
@@ -1246,7 +1255,7 @@ def image_versions(runtime: Runtime) -> dict[str, str]:
             for ln in Path(path).read_text().splitlines() if "==" in ln}
 
 
-def _layer_install(runtime: Runtime, layer: str | os.PathLike) -> list[str]:
+def _layer_install(runtime: Runtime, layer: str | os.PathLike[str]) -> list[str]:
     # (copies: the host's cache and its layer are on different file systems, where uv warns on every install)
     return [uv_binary(), "pip", "install", "--python", runtime.python, "--target", str(layer), "--link-mode",
             "copy", *uv_source_args()]

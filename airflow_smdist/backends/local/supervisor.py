@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+from typing import IO, Any, Protocol, TypeVar
 from collections.abc import Callable
 
 from airflow_smdist.backends.local import contract, diskspace, hostfs, hostnet, launcher, litter
@@ -40,6 +41,8 @@ from airflow_smdist.storage import Storage, StoredObject, UploadJournal, parse_u
 from airflow_smdist import wire
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from airflow_smdist.backends.local import runtimes
 
 FAILURE_LIMIT = 1024
@@ -145,7 +148,7 @@ class PlatformError(RuntimeError):
     "ClientError: No S3 objects found under S3 URL ..."), as opposed to an error of ours."""
 
 
-def _close_quietly(f) -> None:
+def _close_quietly(f: IO[Any]) -> None:
     """Close ``f``; what its buffer held is lost where the disk has no room for it."""
     try:
         f.close()
@@ -180,7 +183,17 @@ def stop_grace() -> float:
     return float(os.environ.get("SMDIST_LOCAL_STOP_GRACE", "30"))
 
 
-def shard(objects: list, rank: int, n_hosts: int) -> list:
+class _Keyed(Protocol):
+    """What :func:`shard` sorts by: a stored object, or an input item with its key."""
+
+    @property
+    def key(self) -> str: ...
+
+
+_K = TypeVar("_K", bound=_Keyed)
+
+
+def shard(objects: list[_K], rank: int, n_hosts: int) -> list[_K]:
     """ShardedByS3Key: keys sorted, key i to the host of rank i % n (SageMaker promises ~1/n per host)."""
     ordered = sorted(objects, key=lambda o: o.key)
     return [o for i, o in enumerate(ordered) if i % n_hosts == rank]
@@ -229,7 +242,7 @@ def ports_dir() -> Path:
     return path
 
 
-def _write_table(path: Path, table: dict) -> None:
+def _write_table(path: Path, table: dict[str, Any]) -> None:
     """``path`` whole or not at all, readable by every user (0644): other users' jobs skip what it holds."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -266,7 +279,8 @@ def free_port(preferred: int) -> int:
     with locked(mine.with_name("lock")):
         table = {k: v for k, v in (read_json(mine, {}) or {}).items() if owner_alive(v)}
         others = _others_reserved(mine)
-        for port in [preferred, *range(max(preferred, 1024) + 1, 65535)]:
+        candidates: list[int] = [preferred, *range(max(preferred, 1024) + 1, 65535)]  # (mypy infers list[Any])
+        for port in candidates:
             key = str(port)
             if key in table or key in others or not _bindable(port):
                 continue
@@ -330,6 +344,8 @@ class JobSupervisor:
     """Base of the per-kind supervisors. ``kind`` names the job kind; subclasses implement ``run``."""
 
     kind = "training"
+    #: the job's hosts, set by the kind's :meth:`run` before any host starts
+    cluster: contract.Cluster
 
     def __init__(self, job_dir: Path) -> None:
         if not await_placement(Path(job_dir)):  # its submitter died before the job was in place
@@ -342,7 +358,7 @@ class JobSupervisor:
         self.storage = Storage(endpoint_url=self.state.get("s3_endpoint_url"), region_name=self.state.get("region"),
                                journal=UploadJournal(self.dir / litter.JOURNAL))
         self.metrics = MetricParser(self.metric_definitions())
-        self.final_metrics: dict[str, list] = {}
+        self.final_metrics: dict[str, list[float]] = {}
         self.metrics_lock = threading.Lock()
         self.stop_requested = False
         self.procs: dict[str, launcher.HostProcess] = {}
@@ -361,8 +377,19 @@ class JobSupervisor:
         #: seconds the job's hosts ran in its earlier tries (rehearsed interruptions, retries: see .spot)
         self.ran_before = 0.0
 
+    def run(self) -> int:
+        """Run the job to its end, writing its final state; the supervisor process's exit code."""
+        raise NotImplementedError
+
+    @property
+    def resolved_runtime(self) -> runtimes.Runtime:
+        """:attr:`runtime`, which the kinds that run code resolve before any host starts (an error before)."""
+        if self.runtime is None:
+            raise RuntimeError(f"the {self.kind} job's runtime is used before it is resolved")
+        return self.runtime
+
     # -- state -----------------------------------------------------------------------------------
-    def save(self, **changes) -> None:
+    def save(self, **changes: Any) -> None:
         """Update the state file. A failed job whose disk is full fails with the disk's reason; a full disk
         that refuses the write frees the job's reserve (ending its hosts first) and writes it again."""
         if changes.get("status", self.state.get("status")) == "Failed" and changes.get("failure_reason"):
@@ -454,17 +481,17 @@ class JobSupervisor:
             self.disk_full()
         self.log.write(f"{time.strftime('%H:%M:%S')} {message}\n")
 
-    def on_sigterm(self, _signum, _frame) -> None:
+    def on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
         self.stop_requested = True
 
     # -- staging ---------------------------------------------------------------------------------
     def host_dir(self, host: contract.Host) -> Path:
         return self.dir / "hosts" / host.label
 
-    def metric_definitions(self) -> list[dict]:
+    def metric_definitions(self) -> list[dict[str, Any]]:
         return []
 
-    def manifest_objects(self, manifest_uri: str):
+    def manifest_objects(self, manifest_uri: str) -> tuple[str, list[StoredObject]]:
         """ManifestFile: first entry {"prefix": ...}, then keys relative to it."""
         entries = json.loads(self.storage.read_bytes(manifest_uri))
         prefix = entries[0]["prefix"]
@@ -475,11 +502,11 @@ class JobSupervisor:
             objs.append(StoredObject(uri, key, 0))
         return prefix, objs
 
-    def reader(self, host: contract.Host, stream) -> None:
+    def reader(self, host: contract.Host, stream: IO[bytes]) -> None:
         """Drain a host's output to its end (a host blocks on a full pipe), recording each line
         (:meth:`record`) while there is room: a full disk stops the recording, never the draining."""
         path = self.dir / "logs" / f"{host.label}.jsonl"
-        out = None
+        out: IO[str] | None = None
         try:
             out = open(path, "a")
         except OSError as exc:
@@ -503,7 +530,7 @@ class JobSupervisor:
             if out is not None:
                 _close_quietly(out)
 
-    def record(self, host: contract.Host, out, raw: bytes) -> None:
+    def record(self, host: contract.Host, out: IO[str], raw: bytes) -> None:
         """One line of a host's output into its log stream and, through MetricDefinitions, the metrics."""
         t = time.time()
         line = raw.decode("utf-8", "replace").rstrip("\n")
@@ -524,7 +551,7 @@ class JobSupervisor:
         """EnableNetworkIsolation of the request (the kind's own key)."""
         return bool(self.request.get("EnableNetworkIsolation"))
 
-    def build_cluster(self, resource_config: dict) -> contract.Cluster:
+    def build_cluster(self, resource_config: dict[str, Any]) -> contract.Cluster:
         """The job's hosts; in namespace mode also the job's bridge and /etc/hosts, and the platform lines
         that say what a simulated host is (and, in the fallback, how it differs from an instance)."""
         subnet = None
@@ -558,7 +585,7 @@ class JobSupervisor:
         self.say(f"hosts are namespaced containers: own hostname algo-N, network (eth0 on {link}, "
                  f"{self.net.subnet}), /tmp, /opt/ml and process tree; they reach {self.reach(self.no_nat)}")
 
-    def owner(self) -> dict | None:
+    def owner(self) -> dict[str, Any] | None:
         """This supervisor as :func:`.store.owner_alive` reads it, from the pid file its submitter wrote (psutil's
         create time, to 10 ms: its resolution on Linux), so the job's start needs no psutil of its own; None
         where the file does not name this process."""
@@ -645,7 +672,7 @@ class JobSupervisor:
         """Bytes of input data staged for ``host``, per channel (None: this kind has no channels)."""
         return None
 
-    def start_host(self, host: contract.Host, cmd: list[str], env: dict, cwd: str) -> None:
+    def start_host(self, host: contract.Host, cmd: list[str], env: dict[str, str], cwd: str) -> None:
         """Start one host (its init process and ``cmd`` under it) with its output streamed into its log."""
         import subprocess
 
@@ -666,7 +693,7 @@ class JobSupervisor:
                 self.net.forward(proc.pid, endpoint)
         proc.go()
 
-    def run_in_host(self, host: contract.Host, argv: list[str], env: dict, cwd: str,
+    def run_in_host(self, host: contract.Host, argv: list[str], env: dict[str, str], cwd: str,
                     log: Callable[[str], None]) -> tuple[int, str]:
         """Run one command in ``host`` before its entry point, as the toolkit runs its pre-run steps (pip) inside
         the container: the host's view of the machine, its clean environment and its network (not the

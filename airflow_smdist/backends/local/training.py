@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+from typing import Any
 
 from airflow_smdist.backends.local import (
     contract,
@@ -50,6 +51,7 @@ from airflow_smdist.storage import pause_for_test, safe_join
 from airflow_smdist import wire
 
 if TYPE_CHECKING:
+    from airflow_smdist.backends.local import LocalBackend
     from airflow_smdist.backends.local import mpi
 
 OPERATION = "CreateTrainingJob"
@@ -68,7 +70,7 @@ def builtin_xgboost_image(image: str | None) -> bool:
     return bool(image) and XGBOOST_IMAGE.match(str(image).strip()) is not None
 
 
-def runs_builtin_xgboost(request: dict) -> bool:
+def runs_builtin_xgboost(request: dict[str, Any]) -> bool:
     """The built-in XGBoost algorithm: its image, and neither a script (script mode runs the same image) nor a
     ContainerEntrypoint. The local backend runs :mod:`.inhost.builtin_xgboost` on each host for it."""
     spec = request["AlgorithmSpecification"]
@@ -76,7 +78,7 @@ def runs_builtin_xgboost(request: dict) -> bool:
             and "sagemaker_program" not in (request.get("HyperParameters") or {}))
 
 
-def builtin_metric_definitions(request: dict) -> list[dict]:
+def builtin_metric_definitions(request: dict[str, Any]) -> list[dict[str, Any]]:
     """The MetricDefinitions SageMaker gives a built-in algorithm's job (the request may not carry its own)."""
     if not runs_builtin_xgboost(request):
         return []
@@ -105,7 +107,7 @@ def free_port_pair(addresses: list[str], preferred: int) -> int:
     raise RuntimeError("no free pair of TCP ports for the XGBoost tracker")
 
 
-def checkpoint_relpath(request: dict) -> str | None:
+def checkpoint_relpath(request: dict[str, Any]) -> str | None:
     cp = request.get("CheckpointConfig")
     if not cp:
         return None
@@ -128,7 +130,7 @@ class TrainingSupervisor(JobSupervisor):
         """A platform line; a later try's lines say which try they belong to (each fact once per job)."""
         super().say(message + (f" (try {self.tries + 1})" if self.tries else ""))
 
-    def metric_definitions(self) -> list[dict]:
+    def metric_definitions(self) -> list[dict[str, Any]]:
         spec = self.request["AlgorithmSpecification"]
         return spec.get("MetricDefinitions") or builtin_metric_definitions(self.request)
 
@@ -280,11 +282,11 @@ class TrainingSupervisor(JobSupervisor):
             self.write_host_file(host, "output/failure", text)
 
     # -- running ---------------------------------------------------------------------------------
-    def launch(self, cluster: contract.Cluster, channels_of: dict, master_port: int) -> None:
+    def launch(self, cluster: contract.Cluster, channels_of: dict[str, list[str]], master_port: int) -> None:
         req = self.request
         user, fixed, extra = self.hyperparameters.user, self.hyperparameters.fixed, self.hyperparameters.extra
         runner = contract.launcher_of({**fixed, **extra})
-        rt = self.runtime
+        rt = self.resolved_runtime
         n_cpus = contract.requested_num_cpus(req)
         if n_cpus is not None:
             self.say(f"SM_NUM_CPUS={n_cpus}: from the request's Environment (environment={{'SM_NUM_CPUS': ...}}), "
@@ -348,16 +350,19 @@ class TrainingSupervisor(JobSupervisor):
             return "process runner (not in the distribution instance groups), 1 process(es)"
         return f"{runner} runner, {nproc if runner in ('torchrun', 'mpi', 'smddp') else 1} process(es)"
 
-    def host_cmd(self, host: contract.Host, env: dict, *, runner: str, user: dict, nproc: int, dist: list[str],
-                 master_port: int, tracker_port: int | None) -> list[str]:
+    def host_cmd(self, host: contract.Host, env: dict[str, str], *, runner: str, user: dict[str, Any], nproc: int,
+                 dist: list[str], master_port: int, tracker_port: int | None) -> list[str]:
         spec = self.request["AlgorithmSpecification"]
-        rt = self.runtime
+        rt = self.resolved_runtime
         if tracker_port:
             env["SMDIST_XGBOOST_TRACKER_PORT"] = str(tracker_port)
             return [rt.python, rt.platform_script("builtin_xgboost.py")]
         if spec.get("ContainerEntrypoint"):
             return list(spec["ContainerEntrypoint"]) + list(spec.get("ContainerArguments") or [])
         entry = program_of(self.request)
+        if entry is None:  # check_request refuses a request with no entry point, container command or built-in
+            raise PlatformError("ClientError: the request names no entry point (SAGEMAKER_PROGRAM or the "
+                                "sagemaker_program hyperparameter)")
         if runner == "mpi" and host.name in dist:
             return self.mpi_cmd(host, env, entry, wire.to_cmd_args(user), nproc, dist)
         return contract.host_command(launcher=runner, entry=entry, args=wire.to_cmd_args(user),
@@ -365,12 +370,12 @@ class TrainingSupervisor(JobSupervisor):
                                      host=host, nproc=nproc, master_port=master_port, python=rt.python,
                                      mpishim=rt.platform_script("mpishim.py"), dist_hosts=dist)
 
-    def mpi_cmd(self, host: contract.Host, env: dict, entry: str, args: list[str], nproc: int,
+    def mpi_cmd(self, host: contract.Host, env: dict[str, str], entry: str, args: list[str], nproc: int,
                 dist: list[str]) -> list[str]:
         """mpirun on the first distribution host; the others wait for its daemon to come and go."""
         from airflow_smdist.backends.local import mpi
 
-        rt = self.runtime
+        rt = self.resolved_runtime
         inside = "/opt/ml/code" if self.isolation == "namespace" else str(self.host_dir(host) / "code")
         if self.agents is None:
             (self.dir / "run").mkdir(exist_ok=True)
@@ -649,7 +654,7 @@ class TrainingSupervisor(JobSupervisor):
             if self.procs:
                 self.end_all(5)
             status, secondary = "Failed", "Failed"
-            reason = reason or (str(e) if isinstance(e, (PlatformError, runtimes.RuntimeError_))
+            reason = reason or (str(e) if isinstance(e, (PlatformError, runtimes.RuntimeSetupError))
                                 else f"{type(e).__name__}: {e}")
         finally:
             if self.agents is not None:
@@ -664,7 +669,7 @@ class TrainingSupervisor(JobSupervisor):
         return 0 if status == "Completed" else 1
 
 
-def program_of(request: dict) -> str | None:
+def program_of(request: dict[str, Any]) -> str | None:
     """The entry point: ``SAGEMAKER_PROGRAM`` in the Environment first, then the ``sagemaker_program``
     hyperparameter, as the training toolkit's Environment reads them."""
     env = request.get("Environment") or {}
@@ -674,7 +679,7 @@ def program_of(request: dict) -> str | None:
     return str(program) if program else None
 
 
-def check_request(request: dict) -> None:
+def check_request(request: dict[str, Any]) -> None:
     """What the local backend cannot run, refused before anything is written, with the way out."""
     spec = request["AlgorithmSpecification"]
     hps = request.get("HyperParameters", {})
@@ -725,7 +730,7 @@ def check_request(request: dict) -> None:
 
 
 
-def check_metric_regexes(definitions: list[dict]) -> None:
+def check_metric_regexes(definitions: list[dict[str, Any]]) -> None:
     """Every MetricDefinitions regex compiles (the supervisor's MetricParser compiles them: a bad one would
     crash it). The builders check them too; a request handed straight to submit is checked here."""
     for i, definition in enumerate(definitions):
@@ -737,7 +742,7 @@ def check_metric_regexes(definitions: list[dict]) -> None:
                             "fix the pattern; its one capture group is the value, e.g. 'loss=([0-9.]+)'.") from None
 
 
-def check_builtin_xgboost(request: dict) -> None:
+def check_builtin_xgboost(request: dict[str, Any]) -> None:
     """What the built-in XGBoost algorithm cannot do locally, or SageMaker would refuse."""
     import importlib.util
 
@@ -759,10 +764,10 @@ def check_builtin_xgboost(request: dict) -> None:
                             "use text/csv or text/libsvm locally, or backend='sagemaker'.")
 
 
-def describe(backend, request: dict, state: dict) -> dict:
+def describe(backend: LocalBackend, request: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     """DescribeTrainingJob's response for a local job."""
     name = request["TrainingJobName"]
-    d: dict = {
+    d: dict[str, Any] = {
         "TrainingJobName": name,
         "TrainingJobArn": backend.arn("training", name),
         "TrainingJobStatus": state["status"],
@@ -807,7 +812,7 @@ def describe(backend, request: dict, state: dict) -> dict:
     return d
 
 
-def _algorithm_specification(request: dict) -> dict:
+def _algorithm_specification(request: dict[str, Any]) -> dict[str, Any]:
     """The request's, with the MetricDefinitions SageMaker adds for a built-in algorithm, as it reports them."""
     spec = dict(request["AlgorithmSpecification"])
     if not spec.get("MetricDefinitions"):

@@ -409,7 +409,7 @@ class TransformSupervisor(JobSupervisor):
                 for t in self.readers:
                     t.join(timeout=10)
                 self.upload_outputs(busy, work, complete=status == "Completed")
-        except (PlatformError, runtimes.RuntimeError_) as e:
+        except (PlatformError, runtimes.RuntimeSetupError) as e:
             status, reason = "Failed", str(e)
         except runtimes.LayerError as e:  # the model server never started: the container's install failed
             status, reason = "Failed", f"ClientError: the inference code's requirements did not install: {e}"
