@@ -41,8 +41,10 @@ def airflow_env(tmp_path_factory):
     return airflow, env
 
 
-#: runs with other Params: the tuning DAG with every strategy besides its default
-VARIANTS = [("smdist_tuning", {"strategy": s}) for s in ("Random", "Hyperband", "Grid")]
+#: runs with other Params: the tuning DAG with the strategies whose DAG path differs from its default (Bayesian):
+#: Hyperband (its resource Params) and Grid (the DAG plans categorical ranges); Random takes Bayesian's path, and
+#: every strategy's search is tested against the local backend in test_local_tuning.py
+VARIANTS = [pytest.param("smdist_tuning", {"strategy": s}, id=f"smdist_tuning-{s}") for s in ("Hyperband", "Grid")]
 #: the example DAG run in its images' runtimes (SMDIST_LOCAL_RUNTIME=image, the default outside tests) instead
 #: of the worker's (the others, for speed): its one image, scikit-learn 1.2-1, is a runtime test_local_runtimes.py
 #: builds too, so the session's runtime cache builds it once, and on a warm cache the DAG runs no slower than in
@@ -68,12 +70,25 @@ def assert_pngs(paths: list[str], count: int) -> None:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n", path
 
 
-def pyspark_log_is_the_jobs_lines(home: str, log: str) -> None:
-    """Spark logs at WARN in the example (its spark_log_level Param): the whole run's output is the jobs' own
+def pyspark_pipeline_preprocessed_and_trained(home: str, log: str) -> None:
+    """The Spark job split the generated rows (the DAG's default, 200,000) into train and validation CSVs, the
+    training job read them (its row count in its log) and wrote a model, and Spark's event logs were kept.
+    Spark logs at WARN in the example (its spark_log_level Param): the whole run's output is the jobs' own
     lines and the platform's, not Spark's every stage and query plan (1,016 lines at INFO)."""
     assert len(log.splitlines()) < 300, "\n".join(log.splitlines()[:80])
     spark_info = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO ")  # log4j's "yy/MM/dd HH:mm:ss INFO"
     assert not [line for line in log.splitlines() if spark_info.search(line)]
+    data = os.path.join(home, "smdist-data", "pyspark")
+    rows = {s: sum(len(open(p).read().splitlines())
+                   for p in glob.glob(os.path.join(data, "processed", "*", s, "part-*.csv")))
+            for s in ("train", "validation")}
+    total = 200_000
+    assert rows["train"] + rows["validation"] == total and 0.15 < rows["validation"] / total < 0.25, rows
+    assert '[algo-1] summary {"raw_rows": %d' % total in log, log[-3000:]
+    assert f"train: {rows['train']} rows" in log, log[-3000:]  # the training job read the processing job's outputs
+    assert "validation:accuracy" in log
+    assert glob.glob(os.path.join(data, "models", "smdist-train-*", "output", "model.tar.gz"))
+    assert os.listdir(os.path.join(data, "spark-events"))
 
 
 def spot_rehearsal_resumed(home: str, log: str) -> None:
@@ -84,7 +99,7 @@ def spot_rehearsal_resumed(home: str, log: str) -> None:
 
 #: what an example DAG must leave behind besides success, by dag_id: check(AIRFLOW_HOME, the run's output)
 CHECKS = {"smdist_scaling_study": scaling_study_shows_its_plots,
-          "smdist_pyspark_pipeline": pyspark_log_is_the_jobs_lines,
+          "smdist_pyspark_pipeline": pyspark_pipeline_preprocessed_and_trained,
           "smdist_spot_rehearsal": spot_rehearsal_resumed}
 
 

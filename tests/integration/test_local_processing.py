@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -605,33 +604,6 @@ def test_deferred_operator_waits_through_the_trigger(tmp_path, monkeypatch):
     assert event.payload["job_status"] == "Completed"
     result = op.execute_complete(ctx, event.payload)
     assert result["status"] == "Completed" and result["job_name"] == event.payload["job_name"]
-
-
-@pytest.mark.slow
-def test_example_dag_preprocesses_and_trains_under_airflow_dags_test(tmp_path):
-    pytest.importorskip("pyspark")
-    pytest.importorskip("sklearn")
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"),
-           "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "SMDIST_LOCAL_ROOT": str(tmp_path / "jobs"), "PYTHONPATH": REPO}
-    env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
-    os.makedirs(env["AIRFLOW_HOME"])
-    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-    migrate = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
-    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-    run = subprocess.run([airflow, "dags", "test", "smdist_pyspark_pipeline", "-c", json.dumps({"rows": 20000})],
-                         env=env, capture_output=True, text=True, timeout=600)
-    log = run.stdout + run.stderr
-    assert run.returncode == 0 and "state=success" in log, log[-6000:]
-    data = tmp_path / "airflow" / "smdist-data" / "pyspark"
-    splits = {s: [p for p in (data / "processed").glob(f"*/{s}/part-*.csv")] for s in ("train", "validation")}
-    rows = {s: sum(len(p.read_text().splitlines()) for p in ps) for s, ps in splits.items()}
-    assert rows["train"] + rows["validation"] == 20000 and 0.15 < rows["validation"] / 20000 < 0.25
-    assert "[algo-1] summary {\"raw_rows\": 20000" in log
-    assert f"train: {rows['train']} rows" in log  # the training job read the processing job's outputs
-    assert "validation:accuracy" in log
-    assert list((data / "models").glob("smdist-train-*/output/model.tar.gz"))
-    assert list((data / "spark-events").iterdir())
 
 
 @pytest.mark.parametrize("isolation", ["namespace"])
