@@ -5,7 +5,7 @@ rank's error as the task's error."""
 from __future__ import annotations
 
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_smdist.decorators.payload import (
     DEFAULT_MAX_RESULT_BYTES,
@@ -17,10 +17,27 @@ from airflow_smdist.decorators.payload import (
 from airflow_smdist.kinds import kind_info
 from airflow_smdist.specs.errors import SpecError
 
+if TYPE_CHECKING:
+    from airflow.sdk.bases.decorator import DecoratedOperator
+
+    from airflow_smdist.decorators.results import SmdistFunctionError
+    from airflow_smdist.operators.base import SmdistJobOperator
+
+    class _FunctionJobOperator(DecoratedOperator, SmdistJobOperator):
+        """What the mixin is mixed into, for the type checker only (at run time the mixin derives from
+        ``object``: ``DecoratedOperator`` is the running Airflow line's, from ``taskflow_base()``)."""
+
+        #: set by each decorated operator class (``BaseOperator`` reads it without declaring it)
+        custom_operator_name: str
+
+    _MixinBase = _FunctionJobOperator
+else:
+    _MixinBase = object
+
 JOB_XCOM_KEY = "smdist_job"
 
 
-class SmdistFunctionMixin:
+class SmdistFunctionMixin(_MixinBase):
     """Mixed in before ``DecoratedOperator`` and a job operator (training or processing)."""
 
     #: the operator arguments the decorator sets itself (a DAG author's value would be ignored)
@@ -65,7 +82,7 @@ class SmdistFunctionMixin:
                              kwargs=dict(self.op_kwargs), serializer=self.serializer, requirements=self.requirements,
                              max_result_bytes=int(self.max_result_bytes), kind=self.function_kind)
 
-    def payload_directory(self) -> tempfile.TemporaryDirectory:
+    def payload_directory(self) -> tempfile.TemporaryDirectory[str]:
         return tempfile.TemporaryDirectory(prefix="smdist-function-")
 
     # -- after the job ---------------------------------------------------------------------------------
@@ -79,7 +96,7 @@ class SmdistFunctionMixin:
                 raise error
         return super().check_and_result(description)
 
-    def function_error(self, description: dict[str, Any]):
+    def function_error(self, description: dict[str, Any]) -> SmdistFunctionError | None:
         from airflow_smdist.decorators.results import error_records, first_failure
 
         name = kind_info(self.kind).job_name(description)

@@ -23,14 +23,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_smdist._compat import taskflow_base
 from airflow_smdist.decorators.base import SmdistFunctionMixin
 from airflow_smdist.decorators.payload import DEFAULT_MAX_RESULT_BYTES, ENTRY_POINT, RESULTS_OUTPUT
 from airflow_smdist.operators.processing import SmdistProcessingOperator
 
-DecoratedOperator, task_decorator_factory = taskflow_base()
+if TYPE_CHECKING:
+    # the type checker sees Airflow 3's; at run time they are the running Airflow line's (2.10+ or 3)
+    from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
+else:
+    DecoratedOperator, task_decorator_factory = taskflow_base()
 
 PAYLOAD_INPUT = "smdist-function"
 PAYLOAD_PATH = "/opt/ml/processing/input/" + PAYLOAD_INPUT
@@ -58,8 +62,16 @@ class SmdistProcessingDecoratedOperator(SmdistFunctionMixin, DecoratedOperator, 
         ("op_args", "op_kwargs", "results_location", *SmdistProcessingOperator.template_fields)))
     template_fields_renderers: ClassVar[dict[str, str]] = {**SmdistProcessingOperator.template_fields_renderers,
                                  "op_args": "py", "op_kwargs": "py"}
+    if TYPE_CHECKING:
+        #: processing arguments (the operator's __init__ sets them, one attribute each): the DAG author's
+        #: (rendered) values, checked by the request builder
+        code: str | None
+        command: Any
+        arguments: Any
+        inputs: Any
+        outputs: Any
 
-    def __init__(self, *, python_callable: Callable, op_args: Any = None, op_kwargs: Any = None,
+    def __init__(self, *, python_callable: Callable[..., Any], op_args: Any = None, op_kwargs: Any = None,
                  requirements: Any = None, serializer: str = "json",
                  max_result_bytes: int | str = DEFAULT_MAX_RESULT_BYTES, results_location: str | None = None,
                  **kwargs: Any) -> None:
@@ -105,8 +117,8 @@ class SmdistProcessingDecoratedOperator(SmdistFunctionMixin, DecoratedOperator, 
         return result.value
 
 
-def smdist_processing_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None,
-                           **kwargs: Any):
+def smdist_processing_task(python_callable: Callable[..., Any] | None = None, multiple_outputs: bool | None = None,
+                           **kwargs: Any) -> TaskDecorator:
     """``@task.smdist_processing``: one call of the decorated function per host of a processing job (see
     :mod:`airflow_smdist.decorators.processing`)."""
     return task_decorator_factory(python_callable=python_callable, multiple_outputs=multiple_outputs,

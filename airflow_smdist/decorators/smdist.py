@@ -31,7 +31,7 @@ not passed into the job: pass what you need as (templated) arguments.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_smdist._compat import taskflow_base
 from airflow_smdist.decorators.base import SmdistFunctionMixin
@@ -41,7 +41,11 @@ from airflow_smdist.operators.training import (
     training_result,
 )
 
-DecoratedOperator, task_decorator_factory = taskflow_base()
+if TYPE_CHECKING:
+    # the type checker sees Airflow 3's; at run time they are the running Airflow line's (2.10+ or 3)
+    from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
+else:
+    DecoratedOperator, task_decorator_factory = taskflow_base()
 
 
 class SmdistTrainingDecoratedOperator(SmdistFunctionMixin, DecoratedOperator, SageMakerDistributedTrainingOperator):
@@ -54,8 +58,11 @@ class SmdistTrainingDecoratedOperator(SmdistFunctionMixin, DecoratedOperator, Sa
         ("op_args", "op_kwargs", *SageMakerDistributedTrainingOperator.template_fields)))
     template_fields_renderers: ClassVar[dict[str, str]] = {
         **SageMakerDistributedTrainingOperator.template_fields_renderers, "op_args": "py", "op_kwargs": "py"}
+    if TYPE_CHECKING:
+        #: a training argument (the operator's __init__ sets them, one attribute each): a local directory or None
+        source_dir: str | None
 
-    def __init__(self, *, python_callable: Callable, op_args: Any = None, op_kwargs: Any = None,
+    def __init__(self, *, python_callable: Callable[..., Any], op_args: Any = None, op_kwargs: Any = None,
                  requirements: Any = None, serializer: str = "json",
                  max_result_bytes: int | str = DEFAULT_MAX_RESULT_BYTES, **kwargs: Any) -> None:
         self._init_function(kwargs, requirements, serializer, max_result_bytes)
@@ -91,7 +98,8 @@ class SmdistTrainingDecoratedOperator(SmdistFunctionMixin, DecoratedOperator, Sa
         return result.value
 
 
-def smdist_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs: Any):
+def smdist_task(python_callable: Callable[..., Any] | None = None, multiple_outputs: bool | None = None,
+                **kwargs: Any) -> TaskDecorator:
     """``@task.smdist``: run the decorated function as a SageMaker training job (see
     :mod:`airflow_smdist.decorators.smdist`)."""
     return task_decorator_factory(python_callable=python_callable, multiple_outputs=multiple_outputs,
