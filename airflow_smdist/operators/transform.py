@@ -36,6 +36,7 @@ from functools import cached_property
 from typing import Any, Sequence
 
 from airflow_smdist._compat import AirflowException, BaseOperator
+from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import (
     LOCAL_ROLE,
     NAME_LIMIT,
@@ -50,16 +51,66 @@ from airflow_smdist.operators.links import (
     SmdistConsoleLink,
     persist_console_links,
 )
+from airflow_smdist.specs.arguments import REQUIRED, Argument
 
 FAN_OUTS = ("transform", "processing", "jobs")
 MAX_GENERATIONS = 99
 #: room kept in generated job names for "-gNN" (re-run generations), "-sNNN" (shards) and "-rNN" (attempts)
 NAME_RESERVE = 9
 
-#: the arguments that shape records (shared by the operator, the planner and the merge step)
-RECORD_ARGS = ("content_type", "accept", "split_type", "compression", "batch_strategy", "max_payload_mb",
-               "max_concurrent_transforms", "assemble_with", "input_filter", "join_source", "output_filter",
-               "invocations_timeout", "invocations_max_retries")
+#: the settings that shape records (shared by the operator, the planner and the merge step), all templated;
+#: None is the SageMaker SDK's default (see SageMakerShardedBatchInferenceOperator.settings)
+RECORD_SETTINGS: tuple[Argument, ...] = (
+    Argument("content_type", None, "str | None"),
+    Argument("accept", None, "str | None"),
+    Argument("split_type", None, "str | None"),
+    Argument("compression", None, "str | None"),
+    Argument("batch_strategy", None, "str | None"),
+    Argument("max_payload_mb", None, "int | str | None"),
+    Argument("max_concurrent_transforms", None, "int | str | None"),
+    Argument("assemble_with", None, "str | None"),
+    Argument("input_filter", None, "str | None"),
+    Argument("join_source", None, "str | None"),
+    Argument("output_filter", None, "str | None"),
+    Argument("invocations_timeout", None, "int | str | None"),
+    Argument("invocations_max_retries", None, "int | str | None"),
+)
+RECORD_ARGS: tuple[str, ...] = tuple(a.name for a in RECORD_SETTINGS)
+
+
+#: The batch inference operator's arguments besides the record settings, templated (in template-field order).
+BATCH_ARGS: tuple[Argument, ...] = (
+    Argument("input_uri", REQUIRED, "str"),
+    Argument("output_uri", REQUIRED, "str"),
+    Argument("fan_out", "transform", "str"),
+    Argument("model_name", None, "str | None"),
+    Argument("model_data", None, "str | None"),
+    Argument("image_uri", None, "str | None"),
+    Argument("framework", None, "str | None"),
+    Argument("framework_version", None, "str | None"),
+    Argument("py_version", None, "str | None"),
+    Argument("entry_point", None, "str | None"),
+    Argument("source_dir", None, "str | None"),
+    Argument("model_environment", None, "dict[str, str] | None"),
+    Argument("role", None, "str | None"),
+    Argument("instance_type", "ml.m5.xlarge", "str"),
+    Argument("instance_count", 1, "int | str"),
+    Argument("shards", 2, "int | str"),
+    Argument("shard", None, "dict | None"),
+    Argument("environment", None, "dict[str, str] | None"),
+    Argument("s3_data_type", "S3Prefix", "str"),
+    Argument("tags", None, "dict | None"),
+)
+#: ... and those that are not templated.
+BATCH_OPTIONS: tuple[Argument, ...] = (
+    Argument("program", "inference.py", "str"),
+    Argument("shard_retries", 2, "int"),
+    Argument("check_records", None, "bool | None"),
+    Argument("max_runtime", 86400, "int | str"),
+)
+#: Every argument of :class:`SageMakerShardedBatchInferenceOperator` (besides SmdistJobOperator's), one attribute
+#: each.
+BATCH_OPERATOR_ARGS: tuple[Argument, ...] = (*BATCH_ARGS, *RECORD_SETTINGS, *BATCH_OPTIONS)
 
 
 class SageMakerBatchInferenceJobLink(SmdistConsoleLink):
@@ -334,73 +385,23 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
 
     kind = "transform"
     name_prefix = "smdist-batch"
-    template_fields: Sequence[str] = (
-        "job_name", "backend", "deferrable", "input_uri", "output_uri", "fan_out", "model_name", "model_data",
-        "image_uri", "framework", "framework_version", "py_version", "entry_point", "source_dir", "model_environment",
-        "role", "instance_type", "instance_count", "shards", "shard", "environment", "s3_data_type", "tags",
-        *RECORD_ARGS)
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *(a.name for a in BATCH_ARGS),
+                                      *RECORD_ARGS)
     template_fields_renderers = {"environment": "json", "model_environment": "json", "shard": "json"}
     operator_extra_links = (SageMakerBatchInferenceJobLink(), LocalJobPageLink())
     name_reserve = NAME_RESERVE
 
-    def __init__(self, *, input_uri: str, output_uri: str, fan_out: str = "transform",
-                 model_name: str | None = None, model_data: str | None = None, image_uri: str | None = None,
-                 framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
-                 entry_point: str | None = None, source_dir: str | None = None, program: str = "inference.py",
-                 model_environment: dict[str, str] | None = None, role: str | None = None,
-                 instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1, shards: int | str = 2,
-                 shard: dict | None = None, shard_retries: int = 2, s3_data_type: str = "S3Prefix",
-                 content_type: str | None = None, accept: str | None = None, split_type: str | None = None,
-                 compression: str | None = None, batch_strategy: str | None = None,
-                 max_payload_mb: int | str | None = None, max_concurrent_transforms: int | str | None = None,
-                 assemble_with: str | None = None, input_filter: str | None = None, join_source: str | None = None,
-                 output_filter: str | None = None, invocations_timeout: int | str | None = None,
-                 invocations_max_retries: int | str | None = None, environment: dict[str, str] | None = None,
-                 check_records: bool | None = None, max_runtime: int | str = 86400, tags: dict | None = None,
-                 **kwargs: Any) -> None:
+    @with_arguments(BATCH_OPERATOR_ARGS)
+    def __init__(self, **kwargs: Any) -> None:
+        arguments = take_arguments(kwargs, BATCH_OPERATOR_ARGS)
         super().__init__(**kwargs)
-        self.input_uri = input_uri
-        self.output_uri = output_uri
-        self.fan_out = fan_out
-        self.model_name = model_name
-        self.model_data = model_data
-        self.image_uri = image_uri
-        self.framework = framework
-        self.framework_version = framework_version
-        self.py_version = py_version
-        self.entry_point = entry_point
-        self.source_dir = source_dir
-        self.program = program
-        self.model_environment = model_environment
-        self.role = role
-        self.instance_type = instance_type
-        self.instance_count = instance_count
-        self.shards = shards
-        self.shard = shard
-        self.shard_retries = shard_retries
-        self.s3_data_type = s3_data_type
-        self.content_type = content_type
-        self.accept = accept
-        self.split_type = split_type
-        self.compression = compression
-        self.batch_strategy = batch_strategy
-        self.max_payload_mb = max_payload_mb
-        self.max_concurrent_transforms = max_concurrent_transforms
-        self.assemble_with = assemble_with
-        self.input_filter = input_filter
-        self.join_source = join_source
-        self.output_filter = output_filter
-        self.invocations_timeout = invocations_timeout
-        self.invocations_max_retries = invocations_max_retries
-        self.environment = environment
-        self.check_records = check_records
-        self.max_runtime = max_runtime
-        self.tags = tags
+        for name, value in arguments.items():  # BATCH_OPERATOR_ARGS, one attribute each
+            setattr(self, name, value)
         self._model: dict | None = None
         #: the fingerprint of the model this run uses, and what the last manifest recorded of each output
         self._fingerprint: str | None = None
         self._previous: dict[str, dict[str, str]] = {}
-        if fan_out == "processing":
+        if self.fan_out == "processing":
             self.kind = "processing"
 
     # -- arguments ---------------------------------------------------------------------------------
@@ -825,42 +826,33 @@ def _materialize(values: Any) -> list:
     return [values[i] for i in range(count)]
 
 
+#: The arguments of the planner and the merge step besides the record settings (every record setting is
+#: accepted, so that one dict of them fits every step; those the steps do not read are kept but unused).
+STEP_ARGS: tuple[Argument, ...] = (
+    Argument("input_uri", REQUIRED, "str"),
+    Argument("output_uri", REQUIRED, "str"),
+    Argument("backend", None, "str | None"),
+    #: the shard jobs' model (:data:`MODEL_ARGS`): outputs another model made are pending
+    Argument("model", None, "dict[str, Any] | None"),
+    Argument("smdist_conn_id", "smdist_default", "str | None"),
+    Argument("aws_conn_id", None, "str | None"),
+    Argument("region_name", None, "str | None"),
+    Argument("check_records", None, "bool | None"),
+)
+STEP_OPERATOR_ARGS: tuple[Argument, ...] = (*STEP_ARGS, *RECORD_SETTINGS)
+
+
 class _StepOperator(BaseOperator):
     """The planner and the merge step: they only read and write storage (on the backend's endpoint)."""
 
     template_fields: Sequence[str] = ("input_uri", "output_uri", "backend", "model", *RECORD_ARGS)
 
-    def __init__(self, *, input_uri: str, output_uri: str, backend: str | None = None,
-                 model: dict[str, Any] | None = None,
-                 smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
-                 region_name: str | None = None, content_type: str | None = None, accept: str | None = None,
-                 split_type: str | None = None, compression: str | None = None, batch_strategy: str | None = None,
-                 assemble_with: str | None = None, join_source: str | None = None, output_filter: str | None = None,
-                 check_records: bool | None = None, **kwargs: Any) -> None:
-        # accepted so that one dict of record settings fits every step
-        extra = {name: kwargs.pop(name, None) for name in ("max_payload_mb", "max_concurrent_transforms",
-                                                           "input_filter", "invocations_timeout",
-                                                           "invocations_max_retries")}
+    @with_arguments(STEP_OPERATOR_ARGS)
+    def __init__(self, **kwargs: Any) -> None:
+        arguments = take_arguments(kwargs, STEP_OPERATOR_ARGS)
         super().__init__(**kwargs)
-        for name, value in extra.items():
+        for name, value in arguments.items():  # STEP_OPERATOR_ARGS, one attribute each
             setattr(self, name, value)
-        self.input_uri = input_uri
-        self.output_uri = output_uri
-        self.backend = backend
-        self.smdist_conn_id = smdist_conn_id
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
-        self.content_type = content_type
-        self.accept = accept
-        self.split_type = split_type
-        self.compression = compression
-        self.batch_strategy = batch_strategy
-        self.assemble_with = assemble_with
-        self.join_source = join_source
-        self.output_filter = output_filter
-        self.check_records = check_records
-        #: the shard jobs' model (:data:`MODEL_ARGS`): outputs another model made are pending
-        self.model = model
 
     settings = SageMakerShardedBatchInferenceOperator.settings
 
@@ -950,8 +942,8 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
         return summary
 
 
-#: the arguments the planner and the merge step take besides the record settings
-_STEP_ARGS = ("backend", "smdist_conn_id", "aws_conn_id", "region_name", "check_records")
+#: the arguments the planner and the merge step take from the shards' common arguments, besides the record settings
+_STEP_ARGS = tuple(a.name for a in STEP_ARGS if a.name not in ("input_uri", "output_uri", "model"))
 
 
 def sharded_batch_inference(group_id: str, *, input_uri: str, output_uri: str, shards: int | str = 2,
