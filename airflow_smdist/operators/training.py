@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS, mask_hyperparameter
 from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
 from airflow_smdist.operators.links import LocalJobPageLink, SageMakerTrainingJobLink, SageMakerTrainingLogsLink
 from airflow_smdist.specs.arguments import TRAINING, Argument
+
+if TYPE_CHECKING:  # imported where a job is built, not where a DAG file is parsed
+    from airflow_smdist.backends.base import Backend
+    from airflow_smdist.specs.training import TrainingPlan
+    from airflow_smdist.specs.tuning import TuningPlan
 
 #: The builder's arguments (:func:`airflow_smdist.specs.training.training_fields`), in section order.
 TRAINING_ARGS: tuple[str, ...] = tuple(a.name for a in TRAINING)
@@ -40,6 +45,13 @@ class TrainingSpecOperator(SmdistJobOperator):
     trigger_class = "airflow_smdist.triggers.training.SageMakerDistributedTrainingTrigger"
     template_fields_renderers = {"hyperparameters": "json", "distribution": "json", "inputs": "json",
                                  "environment": "json", "lr_scaling": "json", "metric_definitions": "json"}
+    # the types of the builder's arguments this class reads (set from TRAINING in __init__; the annotations are
+    # the table's, as tests/unit/test_tuning_operator_args.py checks)
+    hyperparameters: dict[str, Any] | None
+    source_dir: str | None
+    distribution: dict[str, Any] | None
+    distributed: Any
+    lr_scaling: dict[str, Any] | None
 
     @with_arguments(TRAINING_OPERATOR_ARGS, OPERATOR_DEFAULTS)
     def __init__(self, **kwargs: Any) -> None:
@@ -64,11 +76,11 @@ class TrainingSpecOperator(SmdistJobOperator):
             out["hyperparameters"] = {**out["hyperparameters"], **self._secret_values}
         return out
 
-    def build_plan(self, job_name: str, local_uris: bool) -> Any:
+    def build_plan(self, job_name: str, local_uris: bool) -> TrainingPlan | TuningPlan:
         """The builder's plan of this task's job (its ``request``, and the source to upload)."""
         raise NotImplementedError
 
-    def plan(self, job_name: str, backend_name: str) -> Any:
+    def plan(self, job_name: str, backend_name: str) -> TrainingPlan | TuningPlan:
         require_role(self, backend_name)  # before anything is built or uploaded
         from airflow_smdist.backends.base import capabilities
 
@@ -129,8 +141,8 @@ class TrainingSpecOperator(SmdistJobOperator):
             self._secret_values.update(hidden)
             self.hyperparameters = {**hps, **dict.fromkeys(hidden, "***")}
 
-    def make_trigger(self, backend: Any, name: str, description: dict[str, Any] | None = None,
-                     as_of: float | None = None):
+    def make_trigger(self, backend: Backend, name: str, description: dict[str, Any] | None = None,
+                     as_of: float | None = None) -> Any:
         trigger = super().make_trigger(backend, name, description, as_of)
         trigger.secret_hyperparameters = list(self.secret_hyperparameters)  # names only: it masks the values
         return trigger
@@ -165,6 +177,7 @@ class TrainingSpecOperator(SmdistJobOperator):
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
         plan = self.plan(job_name, backend_name)
         if plan.source_dir:
+            assert plan.source_uri is not None  # the builder names the upload of every source_dir it packs
             self.check_before_upload(plan.request)
             from airflow_smdist.sourcedir import upload_source
             from airflow_smdist.storage import Storage
@@ -209,7 +222,7 @@ class SageMakerDistributedTrainingOperator(TrainingSpecOperator):
         super().__init__(**kwargs)
         self.insight = insight
 
-    def build_plan(self, job_name: str, local_uris: bool) -> Any:
+    def build_plan(self, job_name: str, local_uris: bool) -> TrainingPlan:
         from airflow_smdist.specs.training import build_training
 
         return build_training(job_name=job_name, region=self.hook.region_name, allow_local_uris=local_uris,
@@ -347,7 +360,7 @@ def _distributed_dict(distributed: Any) -> Any:
 class _ForwardTo(logging.Handler):
     """Send the request builder's advice (best-practice warnings) to the task log."""
 
-    def __init__(self, target: logging.Logger) -> None:
+    def __init__(self, target: Any) -> None:  # the task's logger (Airflow 2: a logging.Logger)
         super().__init__()
         self.target = target
 

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import tempfile
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import NAME_LIMIT, isoformat, stable_job_name
@@ -25,6 +25,10 @@ from airflow_smdist.operators.training import (
     TrainingSpecOperator,
 )
 from airflow_smdist.specs.arguments import TUNING
+
+if TYPE_CHECKING:  # imported where a job is built, not where a DAG file is parsed
+    from airflow_smdist.backends.base import Backend
+    from airflow_smdist.specs.tuning import TuningPlan
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +96,7 @@ class SmdistTuningOperator(TrainingSpecOperator):
         """The search's arguments (:data:`TUNING_ARGS`) as this task renders them."""
         return {name: getattr(self, name) for name in TUNING_ARGS}
 
-    def build_plan(self, job_name: str, local_uris: bool) -> Any:
+    def build_plan(self, job_name: str, local_uris: bool) -> TuningPlan:
         from airflow_smdist.specs.tuning import build_tuning
 
         return build_tuning(job_name=job_name, region=self.hook.region_name, allow_local_uris=local_uris,
@@ -117,7 +121,7 @@ class SmdistTuningOperator(TrainingSpecOperator):
 
 
 # ---- trials of a tuning job, on either backend ------------------------------------------------------------------
-def list_training_jobs_for_tuning_job(backend, name: str, *, status_equals: str | None = None,
+def list_training_jobs_for_tuning_job(backend: Backend, name: str, *, status_equals: str | None = None,
                                       sort_by: str | None = None,
                                       sort_order: str | None = None) -> list[dict[str, Any]]:
     """Every HyperParameterTrainingJobSummary of tuning job ``name`` (ListTrainingJobsForHyperParameterTuningJob,
@@ -128,7 +132,7 @@ def list_training_jobs_for_tuning_job(backend, name: str, *, status_equals: str 
         name, status_equals=status_equals, sort_by=sort_by, sort_order=sort_order), what="list")
 
 
-def _decoded(tuned: dict[str, str]) -> dict[str, Any]:
+def _decoded(tuned: dict[str, str] | None) -> dict[str, Any]:
     out = {}
     for k, v in (tuned or {}).items():
         try:
@@ -138,7 +142,7 @@ def _decoded(tuned: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def tuning_result(description: dict[str, Any], backend) -> dict[str, Any]:
+def tuning_result(description: dict[str, Any], backend: Backend) -> dict[str, Any]:
     """The small, JSON-safe XCom result of a tuning job: the best trial, its values and model artifact."""
     cfg = description["HyperParameterTuningJobConfig"]
     objective = cfg.get("HyperParameterTuningJobObjective") or {}
@@ -299,7 +303,7 @@ def plot_objective(rows: list[dict[str, Any]], *, metric: str, maximize: bool, t
     draw_objective(rows, metric=metric, maximize=maximize, title=title).savefig(path, format="png")
 
 
-def write_results(backend, description: dict[str, Any], results_path: str | None = None) -> dict[str, str]:
+def write_results(backend: Backend, description: dict[str, Any], results_path: str | None = None) -> dict[str, str]:
     """Write ``trials.json`` and ``objective.png`` under ``results_path`` (default
     ``<S3OutputPath>/<tuning job>/tuning-results``); returns their URIs."""
     from airflow_smdist.storage import Storage, join_uri

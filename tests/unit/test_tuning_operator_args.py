@@ -87,3 +87,11 @@ def test_default_args_reach_the_search_and_the_training_arguments():
         op = SmdistTuningOperator(task_id="t", image_uri=IMAGE, objective_metric_name="m",
                                   hyperparameter_ranges=RANGES)
     assert op.max_parallel_jobs == 3 and op.instance_count == 2 and op.output_path == "s3://b/o"
+
+
+def test_the_training_attributes_the_base_class_types_have_the_builders_types():
+    from airflow_smdist.specs.arguments import TRAINING
+
+    types = {a.name: a.type for a in TRAINING}
+    declared = {n: t for n, t in TrainingSpecOperator.__annotations__.items() if n in types}
+    assert declared and declared == {n: types[n] for n in declared}
