@@ -51,67 +51,87 @@ from airflow_smdist.operators.links import (
     SmdistConsoleLink,
     persist_console_links,
 )
-from airflow_smdist.specs.arguments import REQUIRED, Argument
+from airflow_smdist.specs.arguments import Argument, arguments_of
 
 FAN_OUTS = ("transform", "processing", "jobs")
 MAX_GENERATIONS = 99
 #: room kept in generated job names for "-gNN" (re-run generations), "-sNNN" (shards) and "-rNN" (attempts)
 NAME_RESERVE = 9
 
-#: the settings that shape records (shared by the operator, the planner and the merge step), all templated;
-#: None is the SageMaker SDK's default (see SageMakerShardedBatchInferenceOperator.settings)
-RECORD_SETTINGS: tuple[Argument, ...] = (
-    Argument("content_type", None, "str | None"),
-    Argument("accept", None, "str | None"),
-    Argument("split_type", None, "str | None"),
-    Argument("compression", None, "str | None"),
-    Argument("batch_strategy", None, "str | None"),
-    Argument("max_payload_mb", None, "int | str | None"),
-    Argument("max_concurrent_transforms", None, "int | str | None"),
-    Argument("assemble_with", None, "str | None"),
-    Argument("input_filter", None, "str | None"),
-    Argument("join_source", None, "str | None"),
-    Argument("output_filter", None, "str | None"),
-    Argument("invocations_timeout", None, "int | str | None"),
-    Argument("invocations_max_retries", None, "int | str | None"),
-)
+class RecordSettings:
+    """The settings that shape records, shared by the operator, the planner and the merge step, all templated;
+    None is the SageMaker SDK's default (see :meth:`settings`). Declared once here: the operators inherit the
+    attributes (typed), and their signatures and template fields come from :data:`RECORD_SETTINGS`."""
+
+    content_type: str | None = None
+    accept: str | None = None
+    split_type: str | None = None
+    compression: str | None = None
+    batch_strategy: str | None = None
+    max_payload_mb: int | str | None = None
+    max_concurrent_transforms: int | str | None = None
+    assemble_with: str | None = None
+    input_filter: str | None = None
+    join_source: str | None = None
+    output_filter: str | None = None
+    invocations_timeout: int | str | None = None
+    invocations_max_retries: int | str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The record settings as given, else the SDK's defaults (None: whole objects, no batch strategy, no
+        assembly); only with ``split_type="Line"`` do ``batch_strategy`` and ``assemble_with`` default to
+        MultiRecord and Line (one output line per input line, so record counts can be checked)."""
+        values = _record_settings(self)
+        if values.get("split_type") == "Line":
+            values.setdefault("batch_strategy", "MultiRecord")
+            values.setdefault("assemble_with", "Line")
+        return values
+
+
+RECORD_SETTINGS: tuple[Argument, ...] = arguments_of(RecordSettings)
 RECORD_ARGS: tuple[str, ...] = tuple(a.name for a in RECORD_SETTINGS)
 
 
-#: The batch inference operator's arguments besides the record settings, templated (in template-field order).
-BATCH_ARGS: tuple[Argument, ...] = (
-    Argument("input_uri", REQUIRED, "str"),
-    Argument("output_uri", REQUIRED, "str"),
-    Argument("fan_out", "transform", "str"),
-    Argument("model_name", None, "str | None"),
-    Argument("model_data", None, "str | None"),
-    Argument("image_uri", None, "str | None"),
-    Argument("framework", None, "str | None"),
-    Argument("framework_version", None, "str | None"),
-    Argument("py_version", None, "str | None"),
-    Argument("entry_point", None, "str | None"),
-    Argument("source_dir", None, "str | None"),
-    Argument("model_environment", None, "dict[str, str] | None"),
-    Argument("role", None, "str | None"),
-    Argument("instance_type", "ml.m5.xlarge", "str"),
-    Argument("instance_count", 1, "int | str"),
-    Argument("shards", 2, "int | str"),
-    Argument("shard", None, "dict | None"),
-    Argument("environment", None, "dict[str, str] | None"),
-    Argument("s3_data_type", "S3Prefix", "str"),
-    Argument("tags", None, "dict | None"),
-)
-#: ... and those that are not templated.
-BATCH_OPTIONS: tuple[Argument, ...] = (
-    Argument("program", "inference.py", "str"),
-    Argument("shard_retries", 2, "int"),
-    Argument("check_records", None, "bool | None"),
-    Argument("max_runtime", 86400, "int | str"),
-)
+class BatchArguments:
+    """The batch inference operator's arguments besides the record settings, templated (in template-field
+    order); declared once here, as :class:`RecordSettings`."""
+
+    input_uri: str
+    output_uri: str
+    fan_out: str = "transform"
+    model_name: str | None = None
+    model_data: str | None = None
+    image_uri: str | None = None
+    framework: str | None = None
+    framework_version: str | None = None
+    py_version: str | None = None
+    entry_point: str | None = None
+    source_dir: str | None = None
+    model_environment: dict[str, str] | None = None
+    role: str | None = None
+    instance_type: str = "ml.m5.xlarge"
+    instance_count: int | str = 1
+    shards: int | str = 2
+    shard: dict[str, Any] | None = None
+    environment: dict[str, str] | None = None
+    s3_data_type: str = "S3Prefix"
+    tags: dict[str, str] | list[dict[str, str]] | None = None
+
+
+class BatchOptions:
+    """... and those that are not templated."""
+
+    program: str = "inference.py"
+    shard_retries: int = 2
+    check_records: bool | None = None
+    max_runtime: int | str = 86400
+
+
+BATCH_ARGS: tuple[Argument, ...] = arguments_of(BatchArguments)
+BATCH_OPTIONS: tuple[Argument, ...] = arguments_of(BatchOptions)
 #: Every argument of :class:`SageMakerShardedBatchInferenceOperator` (besides SmdistJobOperator's), one attribute
 #: each.
 BATCH_OPERATOR_ARGS: tuple[Argument, ...] = (*BATCH_ARGS, *RECORD_SETTINGS, *BATCH_OPTIONS)
-
 
 class SageMakerBatchInferenceJobLink(SmdistConsoleLink):
     name = "SageMaker batch inference job"
@@ -362,7 +382,7 @@ def _checked_settings(values: dict):
     return check_settings(**{k: values.get(k) for k in RECORD_ARGS})
 
 
-class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
+class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, BatchOptions, SmdistJobOperator):
     """Score every object under ``input_uri`` into ``output_uri/<key>.out``, completely.
 
     :param fan_out: ``transform`` (one Batch Transform job over ``instance_count`` instances), ``processing``
@@ -405,16 +425,6 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             self.kind = "processing"
 
     # -- arguments ---------------------------------------------------------------------------------
-    def settings(self) -> dict:
-        """The record settings as given, else the SDK's defaults (None: whole objects, no batch strategy, no
-        assembly); only with ``split_type="Line"`` do ``batch_strategy`` and ``assemble_with`` default to
-        MultiRecord and Line (one output line per input line, so record counts can be checked)."""
-        values = _record_settings(self)
-        if values.get("split_type") == "Line":
-            values.setdefault("batch_strategy", "MultiRecord")
-            values.setdefault("assemble_with", "Line")
-        return values
-
     def base_job_name(self, context: Any) -> str:
         if self.job_name:
             return str(self.job_name)
@@ -826,23 +836,26 @@ def _materialize(values: Any) -> list:
     return [values[i] for i in range(count)]
 
 
-#: The arguments of the planner and the merge step besides the record settings (every record setting is
-#: accepted, so that one dict of them fits every step; those the steps do not read are kept but unused).
-STEP_ARGS: tuple[Argument, ...] = (
-    Argument("input_uri", REQUIRED, "str"),
-    Argument("output_uri", REQUIRED, "str"),
-    Argument("backend", None, "str | None"),
+class StepArguments:
+    """The arguments of the planner and the merge step besides the record settings (every record setting is
+    accepted, so that one dict of them fits every step; those the steps do not read are kept but unused)."""
+
+    input_uri: str
+    output_uri: str
+    backend: str | None = None
     #: the shard jobs' model (:data:`MODEL_ARGS`): outputs another model made are pending
-    Argument("model", None, "dict[str, Any] | None"),
-    Argument("smdist_conn_id", "smdist_default", "str | None"),
-    Argument("aws_conn_id", None, "str | None"),
-    Argument("region_name", None, "str | None"),
-    Argument("check_records", None, "bool | None"),
-)
+    model: dict[str, Any] | None = None
+    smdist_conn_id: str | None = "smdist_default"
+    aws_conn_id: str | None = None
+    region_name: str | None = None
+    check_records: bool | None = None
+
+
+STEP_ARGS: tuple[Argument, ...] = arguments_of(StepArguments)
 STEP_OPERATOR_ARGS: tuple[Argument, ...] = (*STEP_ARGS, *RECORD_SETTINGS)
 
 
-class _StepOperator(BaseOperator):
+class _StepOperator(StepArguments, RecordSettings, BaseOperator):
     """The planner and the merge step: they only read and write storage (on the backend's endpoint)."""
 
     template_fields: Sequence[str] = ("input_uri", "output_uri", "backend", "model", *RECORD_ARGS)
@@ -853,8 +866,6 @@ class _StepOperator(BaseOperator):
         super().__init__(**kwargs)
         for name, value in arguments.items():  # STEP_OPERATOR_ARGS, one attribute each
             setattr(self, name, value)
-
-    settings = SageMakerShardedBatchInferenceOperator.settings
 
     def storage(self):
         return storage_for(self.job_backend)

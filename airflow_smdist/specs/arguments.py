@@ -31,6 +31,16 @@ class Argument(NamedTuple):
     type: str
 
 
+def arguments_of(declaration: type) -> tuple[Argument, ...]:
+    """The arguments a class declares as its own annotated attributes, in order, each attribute's value being
+    its default (no value: required): for an operator whose arguments are no builder's, declared once on a
+    class the operator inherits (so the attributes are typed where the operator reads them)."""
+    import inspect
+
+    return tuple(Argument(name, vars(declaration).get(name, REQUIRED), str(annotation))
+                 for name, annotation in inspect.get_annotations(declaration).items())
+
+
 # -- generated from the builders' dataclasses: do not edit by hand ------------------------------------------
 TRAINING: tuple[Argument, ...] = (
     Argument("role", REQUIRED, "str"),
