@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from functools import cached_property
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, cast
 
 from airflow_smdist._compat import AirflowException, BaseOperator
 from airflow_smdist.operators._arguments import take_arguments, with_arguments
@@ -52,6 +52,20 @@ from airflow_smdist.operators.links import (
     persist_console_links,
 )
 from airflow_smdist.specs.arguments import Argument, arguments_of
+
+if TYPE_CHECKING:  # imported where a job runs, not where a DAG file is parsed
+    from typing import TypeAlias
+
+    from airflow_smdist.backends.base import Backend
+    from airflow_smdist.hooks.smdist import SmdistHook
+    from airflow_smdist.kinds import JobKind
+    from airflow_smdist.specs.sharding import CompletenessReport, InputObject
+    from airflow_smdist.specs.transform import ModelPlan, TransformSettings
+    from airflow_smdist.storage import Storage
+
+    #: a model as :func:`plan_model` plans it: (name, the existing model's description or None, its CreateModel
+    #: plan or None)
+    PlannedModel: TypeAlias = tuple[str, dict[str, Any] | None, ModelPlan | None]
 
 FAN_OUTS = ("transform", "processing", "jobs")
 MAX_GENERATIONS = 99
@@ -140,13 +154,13 @@ class SageMakerBatchInferenceJobLink(SmdistConsoleLink):
 
 
 # -- models on either backend --------------------------------------------------------------------------------
-def create_model(backend, request: dict) -> str:
+def create_model(backend: Backend, request: dict[str, Any]) -> str:
     """CreateModel on ``backend`` (local: its models store; sagemaker: the API). Returns the model ARN.
     Raises ResourceExists when a model of that name exists."""
     return backend.create_model(request)
 
 
-def describe_model(backend, name: str) -> dict | None:
+def describe_model(backend: Backend, name: str) -> dict[str, Any] | None:
     """DescribeModel on ``backend``; None when there is no such model."""
     from airflow_smdist.backends.base import ModelNotFound
 
@@ -163,8 +177,8 @@ MODEL_ARGS = ("model_name", "model_data", "role", "image_uri", "framework", "fra
               "instance_type", "entry_point", "source_dir", "program", "model_environment", "tags")
 
 
-def plan_model(backend, name: str, args: dict[str, Any], *, output_uri: str, region: str | None,
-               existing: bool = True) -> tuple[str, dict | None, Any]:
+def plan_model(backend: Backend, name: str, args: dict[str, Any], *, output_uri: str, region: str | None,
+               existing: bool = True) -> PlannedModel:
     """(name, the existing model's description or None, a CreateModel plan or None) for the model ``args``
     (:data:`MODEL_ARGS`) describe: built and validated, nothing created. ``existing=False`` skips looking
     the model up (a name the caller only made up)."""
@@ -177,7 +191,7 @@ def plan_model(backend, name: str, args: dict[str, Any], *, output_uri: str, reg
     from airflow_smdist.specs import sharding
     from airflow_smdist.specs.transform import build_model
 
-    plan = build_model(model_name=name, model_data=args["model_data"], role=args.get("role"),
+    plan = build_model(model_name=name, model_data=args["model_data"], role=cast(str, args.get("role")),
                        image_uri=args.get("image_uri"), framework=args.get("framework"),
                        framework_version=args.get("framework_version"), py_version=args.get("py_version"),
                        instance_type=args.get("instance_type") or "ml.m5.xlarge",
@@ -190,7 +204,7 @@ def plan_model(backend, name: str, args: dict[str, Any], *, output_uri: str, reg
     return name, found, plan
 
 
-def model_fingerprint_of(storage, planned: tuple[str, dict | None, Any]) -> str:
+def model_fingerprint_of(storage: Storage, planned: PlannedModel) -> str:
     """The fingerprint of a planned model (see :func:`plan_model`): its container (the existing model's, else
     the plan's), its artifact's version, and its inference code: the hash of the local source when the plan
     packs it, else the version of the code the model names."""
@@ -200,7 +214,8 @@ def model_fingerprint_of(storage, planned: tuple[str, dict | None, Any]) -> str:
     _, existing, plan = planned
     container = (existing or (plan.request if plan is not None else {})).get("PrimaryContainer") or {}
     url = container.get("ModelDataUrl")
-    code = (container.get("Environment") or {}).get("SAGEMAKER_SUBMIT_DIRECTORY", "")
+    code: str = (container.get("Environment") or {}).get("SAGEMAKER_SUBMIT_DIRECTORY", "")
+    code_version: str | None
     if plan is not None and plan.source_dir:
         code_version = source_digest(plan.source_dir)
     else:
@@ -208,7 +223,7 @@ def model_fingerprint_of(storage, planned: tuple[str, dict | None, Any]) -> str:
     return sharding.model_fingerprint(container, storage.version(url) if url else None, code_version)
 
 
-def storage_for(backend):
+def storage_for(backend: Backend) -> Storage:
     """Storage that reaches the backend's objects: the ``aws`` connection's S3 client for sagemaker, the
     local backend's endpoint (or boto3's defaults) otherwise."""
     from airflow_smdist.storage import Storage
@@ -217,7 +232,8 @@ def storage_for(backend):
 
 
 # -- the steps, usable on their own ----------------------------------------------------------------------------
-def list_inputs(storage, input_uri: str, output_uri: str, s3_data_type: str = "S3Prefix"):
+def list_inputs(storage: Storage, input_uri: str, output_uri: str, s3_data_type: str = "S3Prefix"
+                ) -> list[InputObject]:
     """The input objects (S3Prefix listing or ManifestFile) with their output names."""
     from airflow_smdist.specs import sharding
 
@@ -229,8 +245,9 @@ def list_inputs(storage, input_uri: str, output_uri: str, s3_data_type: str = "S
     return sharding.input_objects(input_uri, storage.list(input_uri), output_uri)
 
 
-def completeness(storage, objects, output_uri: str, settings: dict, check_records: bool | None = None, *,
-                 provenance: dict | None = None, model: str | None = None):
+def completeness(storage: Storage, objects: Iterable[InputObject], output_uri: str, settings: dict[str, Any],
+                 check_records: bool | None = None, *, provenance: dict[str, dict[str, str]] | None = None,
+                 model: str | None = None) -> CompletenessReport:
     """The completeness check of ``objects`` against what is under ``output_uri`` (record counts where
     countable, or as ``check_records`` says; outputs of another model or of a changed input are stale, from
     ``provenance``: see :func:`read_provenance`)."""
@@ -248,7 +265,7 @@ def completeness(storage, objects, output_uri: str, settings: dict, check_record
                                        provenance=provenance, model=model)
 
 
-def read_provenance(storage, output_uri: str) -> dict[str, dict[str, str]]:
+def read_provenance(storage: Storage, output_uri: str) -> dict[str, dict[str, str]]:
     """What the last manifest under ``output_uri`` recorded of each output: the model that made it and the
     version of the input it was made from ({} without a readable manifest)."""
     from airflow_smdist.specs import sharding
@@ -259,7 +276,7 @@ def read_provenance(storage, output_uri: str) -> dict[str, dict[str, str]]:
         return {}
 
 
-def made_now(objects, processed, model: str | None) -> dict[str, dict[str, str]]:
+def made_now(objects: Iterable[InputObject], processed: Iterable[str], model: str | None) -> dict[str, dict[str, str]]:
     """The provenance of the outputs of ``processed`` (input URIs): ``model``, from the inputs as listed."""
     from airflow_smdist.specs.sharding import made_record
 
@@ -273,7 +290,8 @@ def job_record_uri(output_uri: str, job: str) -> str:
     return sharding.work_uri(output_uri, "jobs", f"{job}.json")
 
 
-def record_job(storage, output_uri: str, job: str, model: str | None, objects) -> None:
+def record_job(storage: Storage, output_uri: str, job: str, model: str | None, objects: Iterable[InputObject]
+               ) -> None:
     """Before a job starts: the model it runs (a fingerprint) and the version of each input it is given, at
     ``<output_uri>/_smdist/jobs/<job>.json``, so that whoever sees the job complete (a sensor, a later try)
     can record what made its outputs."""
@@ -283,7 +301,7 @@ def record_job(storage, output_uri: str, job: str, model: str | None, objects) -
     storage.write_bytes(sharding.dumps(record), job_record_uri(output_uri, job))
 
 
-def made_by_jobs(storage, output_uri: str, jobs) -> dict[str, dict[str, str]]:
+def made_by_jobs(storage: Storage, output_uri: str, jobs: Iterable[str]) -> dict[str, dict[str, str]]:
     """The provenance of what ``jobs`` (completed ones) made, from their records (see :func:`record_job`);
     a job without a readable record adds nothing."""
     from airflow_smdist.specs.sharding import made_record
@@ -299,8 +317,9 @@ def made_by_jobs(storage, output_uri: str, jobs) -> dict[str, dict[str, str]]:
     return out
 
 
-def write_manifest(storage, report, *, input_uri: str, output_uri: str, fan_out: str, jobs: list[dict],
-                   settings: dict, processed=()) -> dict:
+def write_manifest(storage: Storage, report: CompletenessReport, *, input_uri: str, output_uri: str, fan_out: str,
+                   jobs: list[dict[str, Any]], settings: dict[str, Any], processed: Sequence[str] = ()
+                   ) -> dict[str, Any]:
     """Write ``<output_uri>/_smdist/manifest.json``; return its XCom summary."""
     from airflow_smdist.specs import sharding
 
@@ -311,13 +330,14 @@ def write_manifest(storage, report, *, input_uri: str, output_uri: str, fan_out:
     try:
         storage.write_bytes(sharding.dumps(manifest), uri)
     except Exception as exc:  # noqa: BLE001 - reported beside the jobs' outcome (outcome_error), never instead
-        summary = sharding.manifest_summary(manifest, None)
+        summary = sharding.manifest_summary(manifest, cast(str, None))  # not written: no location
         summary["manifest_error"] = f"the manifest {uri} could not be written: {type(exc).__name__}: {exc}"
         return summary
     return sharding.manifest_summary(manifest, uri)
 
 
-def outcome_error(report, summary: dict, failed_jobs: Sequence[str] = (), tail: str = "") -> AirflowException | None:
+def outcome_error(report: CompletenessReport, summary: dict[str, Any], failed_jobs: Sequence[str] = (),
+                  tail: str = "") -> AirflowException | None:
     """The task's error when jobs failed, objects are incomplete or the manifest could not be written: all of
     them, the jobs' failure reasons first (None when all is well)."""
     manifest_error = summary.get("manifest_error")
@@ -334,8 +354,9 @@ def outcome_error(report, summary: dict, failed_jobs: Sequence[str] = (), tail: 
     return AirflowException("\n".join(lines))
 
 
-def plan_shards_step(storage, *, input_uri: str, output_uri: str, shards: int, settings: dict,
-                     check_records: bool | None = None, log=None, model: str | None = None) -> list[dict]:
+def plan_shards_step(storage: Storage, *, input_uri: str, output_uri: str, shards: int, settings: dict[str, Any],
+                     check_records: bool | None = None, log: Any = None, model: str | None = None
+                     ) -> list[dict[str, Any]]:
     """The planner: the objects still without a complete, current output (of ``model``, a fingerprint,
     where given), balanced by size over ``shards`` shards,
     each written as a ManifestFile under ``<output_uri>/_smdist/shards/<digest>/``. Returns one small dict
@@ -372,11 +393,11 @@ def plan_shards_step(storage, *, input_uri: str, output_uri: str, shards: int, s
     return out
 
 
-def _record_settings(op) -> dict:
+def _record_settings(op: RecordSettings) -> dict[str, Any]:
     return {k: getattr(op, k) for k in RECORD_ARGS if getattr(op, k, None) is not None}
 
 
-def _checked_settings(values: dict):
+def _checked_settings(values: dict[str, Any]) -> TransformSettings:
     from airflow_smdist.specs.transform import check_settings
 
     return check_settings(**{k: values.get(k) for k in RECORD_ARGS})
@@ -417,12 +438,12 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         super().__init__(**kwargs)
         for name, value in arguments.items():  # BATCH_OPERATOR_ARGS, one attribute each
             setattr(self, name, value)
-        self._model: dict | None = None
+        self._model: dict[str, Any] | None = None
         #: the fingerprint of the model this run uses, and what the last manifest recorded of each output
         self._fingerprint: str | None = None
         self._previous: dict[str, dict[str, str]] = {}
         if self.fan_out == "processing":
-            self.kind = "processing"
+            self.kind = "processing"  # type: ignore[misc]  # this task's kind (a ClassVar elsewhere)
 
     # -- arguments ---------------------------------------------------------------------------------
     def base_job_name(self, context: Any) -> str:
@@ -449,25 +470,25 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         if not self.model_data and not self.model_name:
             raise SpecError("model_data", "no model: give model_data (a model.tar.gz) with image_uri or framework, "
                             "or model_name of an existing model.", "pass model_data=train.output['model_artifacts'].")
-        self.kind = "processing" if self.fan_out == "processing" else "transform"
+        self.kind = "processing" if self.fan_out == "processing" else "transform"  # type: ignore[misc]
 
     # -- the model -------------------------------------------------------------------------------------
-    def plan_model(self, backend, context: Any) -> tuple[str, dict | None, Any]:
+    def plan_model(self, backend: Backend, context: Any) -> PlannedModel:
         """(name, existing description or None, CreateModel plan or None): the model, built and validated,
         nothing created."""
         return plan_model(backend, self.model_name_for(context), {k: getattr(self, k) for k in MODEL_ARGS},
                           output_uri=self.output_uri, region=self.hook.region_name)
 
-    def check_job_request(self, backend, storage, name: str, input_uri: str, data_type: str,
-                          planned: tuple[str, dict | None, Any]) -> None:
+    def check_job_request(self, backend: Backend, storage: Storage, name: str, input_uri: str, data_type: str,
+                          planned: PlannedModel) -> None:
         """Build and validate the job's request before anything is created or uploaded (a bad one would
         leave an orphan model), also as the backend that will run it checks it (the local backend's limits)."""
         _, existing, plan = planned
         model = existing if plan is None else plan.request
-        backend.check(self.kind, self.make_request(backend, storage, name, input_uri, data_type, model=model,
-                                                   upload=False))
+        backend.check(cast("JobKind", self.kind), self.make_request(backend, storage, name, input_uri, data_type,
+                                                                    model=model, upload=False))
 
-    def know_outputs(self, backend, storage, context: Any) -> tuple[str, dict | None, Any]:
+    def know_outputs(self, backend: Backend, storage: Storage, context: Any) -> PlannedModel:
         """Plan the model (nothing created) and learn what the outputs were made by: the fingerprint of the
         model this run uses (see :func:`model_fingerprint_of`) and the last manifest's record of each output.
         Returns the model's plan."""
@@ -476,15 +497,17 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         self._previous = read_provenance(storage, self.output_uri)
         return planned
 
-    def ensure_model(self, backend, context: Any, planned: tuple[str, dict | None, Any] | None = None) -> dict:
+    def ensure_model(self, backend: Backend, context: Any, planned: PlannedModel | None = None) -> dict[str, Any]:
         """The model's description; created from ``model_data`` when it does not exist yet."""
         from airflow_smdist.backends.base import ResourceExists
 
         name, existing, plan = planned or self.plan_model(backend, context)
         if plan is None:
+            assert existing is not None  # plan_model plans a model that does not exist, or fails
             return existing
         if existing is None:
             if plan.source_dir:
+                assert plan.source_uri is not None  # the builder names the upload of every source_dir it packs
                 from airflow_smdist.sourcedir import upload_source
 
                 upload_source(plan.source_dir, plan.entry_point if self.source_dir else None, plan.source_uri,
@@ -505,7 +528,8 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         return existing
 
     # -- requests --------------------------------------------------------------------------------------
-    def _input_for(self, storage, name: str, objects: list, pending: list, manifest: str | None) -> tuple[str, str]:
+    def _input_for(self, storage: Storage, name: str, objects: list[InputObject], pending: list[InputObject],
+                   manifest: str | None) -> tuple[str, str]:
         """(S3Uri, S3DataType) of the job: the prefix itself when everything is pending, else a ManifestFile
         naming only the pending objects."""
         from airflow_smdist.specs import sharding
@@ -520,11 +544,12 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
                       len(objects) - len(pending), len(objects), name, len(pending), uri)
         return uri, "ManifestFile"
 
-    def make_request(self, backend, storage, name: str, input_uri: str, data_type: str, *, model: dict | None = None,
-                     upload: bool = True) -> dict:
+    def make_request(self, backend: Backend, storage: Storage, name: str, input_uri: str, data_type: str, *,
+                     model: dict[str, Any] | None = None, upload: bool = True) -> dict[str, Any]:
         """The job's request over ``input_uri`` with ``model`` (default: the model ensured); ``upload=False``
         only builds and validates it (the processing runner is not uploaded)."""
         model = model if model is not None else self._model
+        assert model is not None, "the model is planned or ensured before its job's request is made"
         settings = self.settings()
         allow_local = backend.capabilities.local_uris
         if self.fan_out == "processing":
@@ -540,7 +565,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
             with tempfile.TemporaryDirectory(prefix="smdist-runner-") as tmp:
                 runner = shutil.copyfile(batch_runner.__file__, f"{tmp}/{RUNNER_NAME}")
                 plan = build_processing_inference(
-                    job_name=name, role=self.role, model=model, input_uri=input_uri,
+                    job_name=name, role=cast(str, self.role), model=model, input_uri=input_uri,
                     output_uri=self.output_uri, runner=runner, code_location=sharding.work_uri(self.output_uri, "code"),
                     instance_type=self.instance_type, instance_count=self.instance_count, s3_data_type=data_type,
                     settings=_checked_settings(settings), environment=self.environment,
@@ -548,7 +573,8 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
                     allow_local_uris=allow_local)
                 if upload:
                     upload_plan(plan, storage)
-            return plan.request
+            request: dict[str, Any] = plan.request
+            return request
         from airflow_smdist.specs.transform import build_transform
 
         return build_transform(job_name=name, model_name=model["ModelName"], input_uri=input_uri,
@@ -557,7 +583,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
                                allow_local_uris=allow_local, **settings)
 
     # -- running ---------------------------------------------------------------------------------------
-    def pick_job(self, backend, base: str) -> tuple[str, str]:
+    def pick_job(self, backend: Backend, base: str) -> tuple[str, str]:
         """The job of this task instance to reattach to (still running) or the free name for a new one.
         A completed job is a finished generation: a re-run that finds objects missing starts the next."""
         for generation in range(1, MAX_GENERATIONS + 1):
@@ -610,7 +636,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
                 jobs[-1]["_objects"] = processed
         return self._conclude(storage, objects, jobs, processed, write=self.shard is None)
 
-    def _pending(self, storage, objects: list) -> list:
+    def _pending(self, storage: Storage, objects: list[InputObject]) -> list[InputObject]:
         """The objects without a complete, current output (missing, short of records, or stale)."""
         before = completeness(storage, objects, self.output_uri, self.settings(), self.check_records,
                               provenance=self._previous, model=self._fingerprint)
@@ -623,7 +649,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
             self.log.info("All %d object(s) already have complete outputs: no job to run.", len(objects))
         return [o for o in objects if o.uri in pending_uris]
 
-    def _finish(self, backend, name: str, context: Any, objects: int | None = None) -> dict:
+    def _finish(self, backend: Backend, name: str, context: Any, objects: int | None = None) -> dict[str, Any]:
         self.lifecycle.track(name)
         self.persist_links(context, name)
         if not self.wait_for_completion:
@@ -643,13 +669,14 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         job["_objects"] = processed
         return self._conclude(storage, objects, [job], processed, write=self.shard is None)
 
-    def _objects(self, storage) -> list:
+    def _objects(self, storage: Storage) -> list[InputObject]:
         if self.shard is not None:
             return list_inputs(storage, self.shard["manifest_uri"], self.output_uri, "ManifestFile")
         return list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
 
-    def _processed_by(self, storage, description: dict, objects: list) -> list[str]:
+    def _processed_by(self, storage: Storage, description: dict[str, Any], objects: list[InputObject]) -> list[str]:
         """The input objects a job was given: its ManifestFile's entries, or every object of the prefix."""
+        src: dict[str, Any]
         if self.kind == "processing":
             src = next((i["S3Input"] for i in description.get("ProcessingInputs") or [] if i["InputName"] == "data"),
                        {})
@@ -661,9 +688,9 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
             return [o.uri for o in objects]
         return [o.uri for o in list_inputs(storage, uri, self.output_uri, "ManifestFile")]
 
-    def _job_summary(self, description: dict, objects: int | None = None) -> dict:
+    def _job_summary(self, description: dict[str, Any], objects: int | None = None) -> dict[str, Any]:
         lifecycle = self.lifecycle
-        out = {"job_name": lifecycle.info.job_name(description), "kind": self.kind,
+        out: dict[str, Any] = {"job_name": lifecycle.info.job_name(description), "kind": self.kind,
                "status": lifecycle.status(description)}
         if objects is not None:
             out["objects"] = objects
@@ -671,7 +698,8 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
             out["failure_reason"] = lifecycle.failure_reason(description)
         return out
 
-    def _conclude(self, storage, objects: list, jobs: list[dict], processed: list[str], *, write: bool = True):
+    def _conclude(self, storage: Storage, objects: list[InputObject], jobs: list[dict[str, Any]], processed: list[str],
+                  *, write: bool = True) -> dict[str, Any]:
         settings = self.settings()
         if not self.wait_for_completion:
             return {"jobs": jobs, "complete": None, "objects": len(objects), "processed": len(processed)}
@@ -695,7 +723,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
             manifest = sharding.batch_manifest(report, input_uri=self.input_uri, output_path=self.output_uri,
                                                fan_out=self.fan_out, jobs=jobs, settings=settings,
                                                processed=processed)
-            summary = sharding.manifest_summary(manifest, None)
+            summary = sharding.manifest_summary(manifest, cast(str, None))  # not written (the merge step writes it)
             summary["shard"] = (self.shard or {}).get("index")
             summary["processed_inputs"] = sorted(processed)
             summary["provenance"] = made  # for the merge step's manifest
@@ -708,12 +736,12 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         return summary
 
     # -- fan_out="jobs" in one task ----------------------------------------------------------------------
-    def run_shards(self, context: Any, backend, storage) -> dict[str, Any]:
+    def run_shards(self, context: Any, backend: Backend, storage: Storage) -> dict[str, Any]:
         """Plan the pending objects over ``shards`` transform jobs, run them at once, retry each failed shard
         on its own up to ``shard_retries`` times, then check completeness. A retry of this task reattaches to
         the shard jobs still running."""
         from airflow_smdist.specs import sharding
-        from airflow_smdist.specs.transform import _as_int as as_int
+        from airflow_smdist.specs.training import _as_int as as_int
 
         objects = list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
         if not objects:
@@ -758,10 +786,11 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         jobs = self._run_shard_jobs(backend, storage, base_g, plan["shards"], context)
         return self._conclude(storage, objects, jobs, processed)
 
-    def _run_shard_jobs(self, backend, storage, base_g: str, shards: list[dict], context: Any) -> list[dict]:
+    def _run_shard_jobs(self, backend: Backend, storage: Storage, base_g: str, shards: list[dict[str, Any]],
+                        context: Any) -> list[dict[str, Any]]:
         lifecycle = self.lifecycle
         attempts: dict[int, int] = {}
-        done: dict[int, dict] = {}
+        done: dict[int, dict[str, Any]] = {}
         shard_of: dict[str, int] = {}
 
         def start(index: int) -> str | None:
@@ -781,7 +810,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
             shard_of[started.name] = index
             return started.name
 
-        def ended(name: str, description: dict) -> str | None:
+        def ended(name: str, description: dict[str, Any]) -> str | None:
             index = shard_of[name]
             number = shards[index]["index"]
             summary = self._job_summary(description, shards[index]["objects"])
@@ -824,7 +853,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
                               jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
 
 
-def _materialize(values: Any) -> list:
+def _materialize(values: Any) -> list[Any]:
     """A mapped task's XCom results as a list, read by index up to their count: iterating Airflow's lazy
     XCom sequence reads one past the end to find it, which Airflow 3 logs as an error ("XCom not found")."""
     if values is None:
@@ -867,21 +896,21 @@ class _StepOperator(StepArguments, RecordSettings, BaseOperator):
         for name, value in arguments.items():  # STEP_OPERATOR_ARGS, one attribute each
             setattr(self, name, value)
 
-    def storage(self):
+    def storage(self) -> Storage:
         return storage_for(self.job_backend)
 
     @cached_property
-    def job_backend(self):
+    def job_backend(self) -> Backend:
         """The backend the shard jobs run on (after templates are rendered)."""
         return self.hook.get_backend(self.backend)
 
     @cached_property
-    def hook(self):
+    def hook(self) -> SmdistHook:
         from airflow_smdist.hooks.smdist import SmdistHook
 
         return SmdistHook(self.smdist_conn_id, aws_conn_id=self.aws_conn_id, region_name=self.region_name)
 
-    def fingerprint(self, storage) -> str | None:
+    def fingerprint(self, storage: Storage) -> str | None:
         """The fingerprint of the shard jobs' model (None without ``model``), as the shards compute it."""
         if not self.model:
             return None
@@ -909,8 +938,8 @@ class SageMakerBatchShardPlanOperator(_StepOperator):
         super().__init__(**kwargs)
         self.shards = shards
 
-    def execute(self, context: Any) -> list[dict]:
-        from airflow_smdist.specs.transform import _as_int
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from airflow_smdist.specs.training import _as_int
 
         storage = self.storage()
         return plan_shards_step(storage, input_uri=self.input_uri, output_uri=self.output_uri,
@@ -936,7 +965,8 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
         storage = self.storage()
         objects = list_inputs(storage, self.input_uri, self.output_uri)
         provenance = read_provenance(storage, self.output_uri)
-        jobs, processed = [], []
+        jobs: list[dict[str, Any]] = []
+        processed: list[str] = []
         for result in [r for r in _materialize(self.shard_results) if r]:
             jobs += result.get("jobs") or []
             processed += result.get("processed_inputs") or []
@@ -958,7 +988,7 @@ _STEP_ARGS = tuple(a.name for a in STEP_ARGS if a.name not in ("input_uri", "out
 
 
 def sharded_batch_inference(group_id: str, *, input_uri: str, output_uri: str, shards: int | str = 2,
-                            shard_retries: int = 2, **common: Any):
+                            shard_retries: int = 2, **common: Any) -> Any:
     """``fan_out="jobs"`` as a DAG shape: a TaskGroup ``plan`` -> ``shard`` (mapped: one transform job per
     planned shard) -> ``merge``, so Airflow itself retries (``shard_retries``), defers and shows each shard.
 
@@ -971,7 +1001,7 @@ def sharded_batch_inference(group_id: str, *, input_uri: str, output_uri: str, s
     try:
         from airflow.sdk import TaskGroup
     except ImportError:  # Airflow 2
-        from airflow.utils.task_group import TaskGroup
+        from airflow.utils.task_group import TaskGroup  # type: ignore[no-redef]
     from airflow_smdist.specs.errors import SpecError
 
     for reserved in ("fan_out", "shard", "task_id"):
