@@ -177,11 +177,11 @@ class TrainingSpecOperator(SmdistJobOperator):
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
         plan = self.plan(job_name, backend_name)
         if plan.source_dir:
-            assert plan.source_uri is not None  # the builder names the upload of every source_dir it packs
             self.check_before_upload(plan.request)
             from airflow_smdist.sourcedir import upload_source
             from airflow_smdist.storage import Storage
 
+            assert plan.source_uri is not None  # the builder names the upload of every source_dir it packs
             storage = Storage.for_backend(self.get_backend())
             upload_source(plan.source_dir, plan.entry_point if self.source_dir else None, plan.source_uri, storage,
                           include_runtime=self.include_runtime)
