@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS, mask_hyperparameter
 from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import SmdistJobOperator, isoformat, require_role
 from airflow_smdist.operators.links import LocalJobPageLink, SageMakerTrainingJobLink, SageMakerTrainingLogsLink
-from airflow_smdist.specs.arguments import TRAINING
+from airflow_smdist.specs.arguments import TRAINING, Argument
+
+if TYPE_CHECKING:  # imported where a job is built, not where a DAG file is parsed
+    from airflow_smdist.backends.base import Backend
+    from airflow_smdist.specs.training import TrainingPlan
+    from airflow_smdist.specs.tuning import TuningPlan
 
 #: The builder's arguments (:func:`airflow_smdist.specs.training.training_fields`), in section order.
 TRAINING_ARGS: tuple[str, ...] = tuple(a.name for a in TRAINING)
@@ -18,49 +23,46 @@ TRAINING_ARGS: tuple[str, ...] = tuple(a.name for a in TRAINING)
 #: the sagemaker backend requires one, see operators.base.require_role).
 OPERATOR_DEFAULTS: dict[str, Any] = {"role": None}
 
+#: What an operator of training jobs takes besides the builder's arguments (see :class:`TrainingSpecOperator`).
+SPEC_OPERATOR_ARGS: tuple[Argument, ...] = (
+    Argument("secret_hyperparameters", None, "list[str] | None"),
+    Argument("include_runtime", False, "bool"),
+)
+#: Every argument of :class:`TrainingSpecOperator`: its own, then the builder's.
+TRAINING_OPERATOR_ARGS: tuple[Argument, ...] = (*SPEC_OPERATOR_ARGS, *TRAINING)
 
-class SageMakerDistributedTrainingOperator(SmdistJobOperator):
-    """Run a SageMaker training job, distributed the way the SageMaker SDK distributes it.
 
-    The arguments are the SDK estimator's, one per field of the spec sections of
-    :mod:`airflow_smdist.specs.training` (see :func:`~airflow_smdist.specs.training.build_training`), all
-    templated:
-    ``entry_point`` + ``source_dir`` with ``framework``/``framework_version``/``py_version`` (script mode
-    in a Deep Learning Container), or ``algorithm=`` (a built-in algorithm) or ``image_uri=``;
-    ``instance_type`` x ``instance_count``; ``distribution`` ({"torch_distributed": {"enabled": True}},
-    {"mpi": {...}}, {"smdistributed": {...}}, ...); ``inputs`` channels (FullyReplicated / ShardedByS3Key);
-    ``checkpoint_s3_uri``; ``lr_scaling`` for the linear scaling rule; ``include_runtime=True`` ships
-    :mod:`airflow_smdist.runtime` (stdlib only) inside sourcedir.tar.gz for scripts that import it.
+class TrainingSpecOperator(SmdistJobOperator):
+    """Base of the operators whose jobs are built from a training job's arguments (the builder's,
+    :data:`TRAINING_ARGS`, one attribute and template field each, and :data:`SPEC_OPERATOR_ARGS`): the training
+    operator, and the tuning operator (its trials are training jobs). It holds the arguments, keeps the secret
+    hyperparameters out of logs, rendered fields and XCom, builds the request (:meth:`build_plan`) with the
+    builder's advice in the task log, and uploads the source directory the request names.
 
     ``role``: the IAM role SageMaker runs the job as; required on the sagemaker backend (the local backend
-    needs none).
+    needs none)."""
 
-    ``backend``: "local" (default; runs here, for real) or "sagemaker"; else the ``smdist`` connection's
-    ``backend`` extra, else ``SMDIST_BACKEND``. The job name is stable across tries of one task instance:
-    a retry reattaches to the job its earlier try started. Returns (XCom) ``job_name``, ``status``,
-    ``model_artifacts``, ``final_metrics`` and a few more small fields.
-    """
-
-    kind = "training"
-    name_prefix = "smdist"
     trigger_class = "airflow_smdist.triggers.training.SageMakerDistributedTrainingTrigger"
-    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *TRAINING_ARGS)
     template_fields_renderers = {"hyperparameters": "json", "distribution": "json", "inputs": "json",
                                  "environment": "json", "lr_scaling": "json", "metric_definitions": "json"}
-    operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink(), LocalJobPageLink())
+    # the types of the builder's arguments this class reads (set from TRAINING in __init__; the annotations are
+    # the table's, as tests/unit/test_tuning_operator_args.py checks)
+    hyperparameters: dict[str, Any] | None
+    source_dir: str | None
+    distribution: dict[str, Any] | None
+    distributed: Any
+    lr_scaling: dict[str, Any] | None
 
-    @with_arguments(TRAINING, OPERATOR_DEFAULTS)
-    def __init__(self, *, secret_hyperparameters: list[str] | None = None, include_runtime: bool = False,
-                 insight: bool = True, **kwargs: Any) -> None:
+    @with_arguments(TRAINING_OPERATOR_ARGS, OPERATOR_DEFAULTS)
+    def __init__(self, **kwargs: Any) -> None:
+        own = take_arguments(kwargs, SPEC_OPERATOR_ARGS)
         arguments = take_arguments(kwargs, TRAINING, OPERATOR_DEFAULTS)
         super().__init__(**kwargs)
-        self.insight = insight
-        self.include_runtime = include_runtime
-        self.secret_hyperparameters = list(secret_hyperparameters or [])
+        self.include_runtime = own["include_runtime"]
+        self.secret_hyperparameters = list(own["secret_hyperparameters"] or [])
         for name, value in arguments.items():  # the training arguments (TRAINING_ARGS), one attribute each
             setattr(self, name, value)
         self.distributed = _distributed_dict(self.distributed)
-        self._plan = None
         #: the values of ``secret_hyperparameters``, kept out of the ``hyperparameters`` template field once
         #: rendered (see :meth:`hide_secrets`)
         self._secret_values: dict[str, Any] = {}
@@ -74,10 +76,13 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             out["hyperparameters"] = {**out["hyperparameters"], **self._secret_values}
         return out
 
-    def plan(self, job_name: str, backend_name: str):
+    def build_plan(self, job_name: str, local_uris: bool) -> TrainingPlan | TuningPlan:
+        """The builder's plan of this task's job (its ``request``, and the source to upload)."""
+        raise NotImplementedError
+
+    def plan(self, job_name: str, backend_name: str) -> TrainingPlan | TuningPlan:
         require_role(self, backend_name)  # before anything is built or uploaded
         from airflow_smdist.backends.base import capabilities
-        from airflow_smdist.specs.training import build_training
 
         local_uris = capabilities(backend_name).local_uris
 
@@ -87,9 +92,7 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         if handler:
             spec_log.addHandler(handler)
         try:
-            return build_training(job_name=job_name, region=self.hook.region_name,
-                                  allow_local_uris=local_uris,
-                                  **self.training_arguments())
+            return self.build_plan(job_name, local_uris)
         finally:
             if handler:
                 spec_log.removeHandler(handler)
@@ -138,8 +141,8 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             self._secret_values.update(hidden)
             self.hyperparameters = {**hps, **dict.fromkeys(hidden, "***")}
 
-    def make_trigger(self, backend: Any, name: str, description: dict[str, Any] | None = None,
-                     as_of: float | None = None):
+    def make_trigger(self, backend: Backend, name: str, description: dict[str, Any] | None = None,
+                     as_of: float | None = None) -> Any:
         trigger = super().make_trigger(backend, name, description, as_of)
         trigger.secret_hyperparameters = list(self.secret_hyperparameters)  # names only: it masks the values
         return trigger
@@ -160,8 +163,8 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
         return super().wait_or_defer(name, method_name, kwargs)
 
     def draws_after_job(self) -> bool:
-        """Whether the task draws a PNG with matplotlib once its job has ended (here: insight.png)."""
-        return bool(self.insight)
+        """Whether the task draws a PNG with matplotlib once its job has ended."""
+        return False
 
     def preload_insight(self) -> None:
         """matplotlib is imported in the background while the task waits (see
@@ -172,17 +175,62 @@ class SageMakerDistributedTrainingOperator(SmdistJobOperator):
             preload_plotting()
 
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
-        self._plan = plan = self.plan(job_name, backend_name)
+        plan = self.plan(job_name, backend_name)
         if plan.source_dir:
             self.check_before_upload(plan.request)
             from airflow_smdist.sourcedir import upload_source
             from airflow_smdist.storage import Storage
 
+            assert plan.source_uri is not None  # the builder names the upload of every source_dir it packs
             storage = Storage.for_backend(self.get_backend())
             upload_source(plan.source_dir, plan.entry_point if self.source_dir else None, plan.source_uri, storage,
                           include_runtime=self.include_runtime)
             self.log.info("Uploaded %s as %s", plan.source_dir, plan.source_uri)
         return plan.request
+
+
+class SageMakerDistributedTrainingOperator(TrainingSpecOperator):
+    """Run a SageMaker training job, distributed the way the SageMaker SDK distributes it.
+
+    The arguments are the SDK estimator's, one per field of the spec sections of
+    :mod:`airflow_smdist.specs.training` (see :func:`~airflow_smdist.specs.training.build_training`), all
+    templated:
+    ``entry_point`` + ``source_dir`` with ``framework``/``framework_version``/``py_version`` (script mode
+    in a Deep Learning Container), or ``algorithm=`` (a built-in algorithm) or ``image_uri=``;
+    ``instance_type`` x ``instance_count``; ``distribution`` ({"torch_distributed": {"enabled": True}},
+    {"mpi": {...}}, {"smdistributed": {...}}, ...); ``inputs`` channels (FullyReplicated / ShardedByS3Key);
+    ``checkpoint_s3_uri``; ``lr_scaling`` for the linear scaling rule; ``include_runtime=True`` ships
+    :mod:`airflow_smdist.runtime` (stdlib only) inside sourcedir.tar.gz for scripts that import it.
+
+    ``role``: the IAM role SageMaker runs the job as; required on the sagemaker backend (the local backend
+    needs none). ``insight=True`` (default) reads the finished job's convergence, utilization and I/O
+    (:mod:`airflow_smdist.insight`), failed or not.
+
+    ``backend``: "local" (default; runs here, for real) or "sagemaker"; else the ``smdist`` connection's
+    ``backend`` extra, else ``SMDIST_BACKEND``. The job name is stable across tries of one task instance:
+    a retry reattaches to the job its earlier try started. Returns (XCom) ``job_name``, ``status``,
+    ``model_artifacts``, ``final_metrics`` and a few more small fields.
+    """
+
+    kind = "training"
+    name_prefix = "smdist"
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *TRAINING_ARGS)
+    operator_extra_links = (SageMakerTrainingJobLink(), SageMakerTrainingLogsLink(), LocalJobPageLink())
+
+    @with_arguments(TRAINING_OPERATOR_ARGS, OPERATOR_DEFAULTS)
+    def __init__(self, *, insight: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.insight = insight
+
+    def build_plan(self, job_name: str, local_uris: bool) -> TrainingPlan:
+        from airflow_smdist.specs.training import build_training
+
+        return build_training(job_name=job_name, region=self.hook.region_name, allow_local_uris=local_uris,
+                              **self.training_arguments())
+
+    def draws_after_job(self) -> bool:
+        """Here: insight.png."""
+        return bool(self.insight)
 
     def result(self, description: dict[str, Any]) -> dict[str, Any]:
         from airflow_smdist.backends.base import TERMINAL_STATES
@@ -312,7 +360,7 @@ def _distributed_dict(distributed: Any) -> Any:
 class _ForwardTo(logging.Handler):
     """Send the request builder's advice (best-practice warnings) to the task log."""
 
-    def __init__(self, target: logging.Logger) -> None:
+    def __init__(self, target: Any) -> None:  # the task's logger (Airflow 2: a logging.Logger)
         super().__init__()
         self.target = target
 

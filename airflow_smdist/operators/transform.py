@@ -33,9 +33,10 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from functools import cached_property
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, cast
 
 from airflow_smdist._compat import AirflowException, BaseOperator
+from airflow_smdist.operators._arguments import take_arguments, with_arguments
 from airflow_smdist.operators.base import (
     LOCAL_ROLE,
     NAME_LIMIT,
@@ -50,17 +51,101 @@ from airflow_smdist.operators.links import (
     SmdistConsoleLink,
     persist_console_links,
 )
+from airflow_smdist.specs.arguments import Argument, arguments_of
+
+if TYPE_CHECKING:  # imported where a job runs, not where a DAG file is parsed
+    from typing import TypeAlias
+
+    from airflow_smdist.backends.base import Backend
+    from airflow_smdist.hooks.smdist import SmdistHook
+    from airflow_smdist.kinds import JobKind
+    from airflow_smdist.specs.sharding import CompletenessReport, InputObject
+    from airflow_smdist.specs.transform import ModelPlan, TransformSettings
+    from airflow_smdist.storage import Storage
+
+    #: a model as :func:`plan_model` plans it: (name, the existing model's description or None, its CreateModel
+    #: plan or None)
+    PlannedModel: TypeAlias = tuple[str, dict[str, Any] | None, ModelPlan | None]
 
 FAN_OUTS = ("transform", "processing", "jobs")
 MAX_GENERATIONS = 99
 #: room kept in generated job names for "-gNN" (re-run generations), "-sNNN" (shards) and "-rNN" (attempts)
 NAME_RESERVE = 9
 
-#: the arguments that shape records (shared by the operator, the planner and the merge step)
-RECORD_ARGS = ("content_type", "accept", "split_type", "compression", "batch_strategy", "max_payload_mb",
-               "max_concurrent_transforms", "assemble_with", "input_filter", "join_source", "output_filter",
-               "invocations_timeout", "invocations_max_retries")
+class RecordSettings:
+    """The settings that shape records, shared by the operator, the planner and the merge step, all templated;
+    None is the SageMaker SDK's default (see :meth:`settings`). Declared once here: the operators inherit the
+    attributes (typed), and their signatures and template fields come from :data:`RECORD_SETTINGS`."""
 
+    content_type: str | None = None
+    accept: str | None = None
+    split_type: str | None = None
+    compression: str | None = None
+    batch_strategy: str | None = None
+    max_payload_mb: int | str | None = None
+    max_concurrent_transforms: int | str | None = None
+    assemble_with: str | None = None
+    input_filter: str | None = None
+    join_source: str | None = None
+    output_filter: str | None = None
+    invocations_timeout: int | str | None = None
+    invocations_max_retries: int | str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The record settings as given, else the SDK's defaults (None: whole objects, no batch strategy, no
+        assembly); only with ``split_type="Line"`` do ``batch_strategy`` and ``assemble_with`` default to
+        MultiRecord and Line (one output line per input line, so record counts can be checked)."""
+        values = _record_settings(self)
+        if values.get("split_type") == "Line":
+            values.setdefault("batch_strategy", "MultiRecord")
+            values.setdefault("assemble_with", "Line")
+        return values
+
+
+RECORD_SETTINGS: tuple[Argument, ...] = arguments_of(RecordSettings)
+RECORD_ARGS: tuple[str, ...] = tuple(a.name for a in RECORD_SETTINGS)
+
+
+class BatchArguments:
+    """The batch inference operator's arguments besides the record settings, templated (in template-field
+    order); declared once here, as :class:`RecordSettings`."""
+
+    input_uri: str
+    output_uri: str
+    fan_out: str = "transform"
+    model_name: str | None = None
+    model_data: str | None = None
+    image_uri: str | None = None
+    framework: str | None = None
+    framework_version: str | None = None
+    py_version: str | None = None
+    entry_point: str | None = None
+    source_dir: str | None = None
+    model_environment: dict[str, str] | None = None
+    role: str | None = None
+    instance_type: str = "ml.m5.xlarge"
+    instance_count: int | str = 1
+    shards: int | str = 2
+    shard: dict[str, Any] | None = None
+    environment: dict[str, str] | None = None
+    s3_data_type: str = "S3Prefix"
+    tags: dict[str, str] | list[dict[str, str]] | None = None
+
+
+class BatchOptions:
+    """... and those that are not templated."""
+
+    program: str = "inference.py"
+    shard_retries: int = 2
+    check_records: bool | None = None
+    max_runtime: int | str = 86400
+
+
+BATCH_ARGS: tuple[Argument, ...] = arguments_of(BatchArguments)
+BATCH_OPTIONS: tuple[Argument, ...] = arguments_of(BatchOptions)
+#: Every argument of :class:`SageMakerShardedBatchInferenceOperator` (besides SmdistJobOperator's), one attribute
+#: each.
+BATCH_OPERATOR_ARGS: tuple[Argument, ...] = (*BATCH_ARGS, *RECORD_SETTINGS, *BATCH_OPTIONS)
 
 class SageMakerBatchInferenceJobLink(SmdistConsoleLink):
     name = "SageMaker batch inference job"
@@ -69,13 +154,13 @@ class SageMakerBatchInferenceJobLink(SmdistConsoleLink):
 
 
 # -- models on either backend --------------------------------------------------------------------------------
-def create_model(backend, request: dict) -> str:
+def create_model(backend: Backend, request: dict[str, Any]) -> str:
     """CreateModel on ``backend`` (local: its models store; sagemaker: the API). Returns the model ARN.
     Raises ResourceExists when a model of that name exists."""
     return backend.create_model(request)
 
 
-def describe_model(backend, name: str) -> dict | None:
+def describe_model(backend: Backend, name: str) -> dict[str, Any] | None:
     """DescribeModel on ``backend``; None when there is no such model."""
     from airflow_smdist.backends.base import ModelNotFound
 
@@ -92,8 +177,8 @@ MODEL_ARGS = ("model_name", "model_data", "role", "image_uri", "framework", "fra
               "instance_type", "entry_point", "source_dir", "program", "model_environment", "tags")
 
 
-def plan_model(backend, name: str, args: dict[str, Any], *, output_uri: str, region: str | None,
-               existing: bool = True) -> tuple[str, dict | None, Any]:
+def plan_model(backend: Backend, name: str, args: dict[str, Any], *, output_uri: str, region: str | None,
+               existing: bool = True) -> PlannedModel:
     """(name, the existing model's description or None, a CreateModel plan or None) for the model ``args``
     (:data:`MODEL_ARGS`) describe: built and validated, nothing created. ``existing=False`` skips looking
     the model up (a name the caller only made up)."""
@@ -106,7 +191,7 @@ def plan_model(backend, name: str, args: dict[str, Any], *, output_uri: str, reg
     from airflow_smdist.specs import sharding
     from airflow_smdist.specs.transform import build_model
 
-    plan = build_model(model_name=name, model_data=args["model_data"], role=args.get("role"),
+    plan = build_model(model_name=name, model_data=args["model_data"], role=cast(str, args.get("role")),
                        image_uri=args.get("image_uri"), framework=args.get("framework"),
                        framework_version=args.get("framework_version"), py_version=args.get("py_version"),
                        instance_type=args.get("instance_type") or "ml.m5.xlarge",
@@ -119,7 +204,7 @@ def plan_model(backend, name: str, args: dict[str, Any], *, output_uri: str, reg
     return name, found, plan
 
 
-def model_fingerprint_of(storage, planned: tuple[str, dict | None, Any]) -> str:
+def model_fingerprint_of(storage: Storage, planned: PlannedModel) -> str:
     """The fingerprint of a planned model (see :func:`plan_model`): its container (the existing model's, else
     the plan's), its artifact's version, and its inference code: the hash of the local source when the plan
     packs it, else the version of the code the model names."""
@@ -129,7 +214,8 @@ def model_fingerprint_of(storage, planned: tuple[str, dict | None, Any]) -> str:
     _, existing, plan = planned
     container = (existing or (plan.request if plan is not None else {})).get("PrimaryContainer") or {}
     url = container.get("ModelDataUrl")
-    code = (container.get("Environment") or {}).get("SAGEMAKER_SUBMIT_DIRECTORY", "")
+    code: str = (container.get("Environment") or {}).get("SAGEMAKER_SUBMIT_DIRECTORY", "")
+    code_version: str | None
     if plan is not None and plan.source_dir:
         code_version = source_digest(plan.source_dir)
     else:
@@ -137,7 +223,7 @@ def model_fingerprint_of(storage, planned: tuple[str, dict | None, Any]) -> str:
     return sharding.model_fingerprint(container, storage.version(url) if url else None, code_version)
 
 
-def storage_for(backend):
+def storage_for(backend: Backend) -> Storage:
     """Storage that reaches the backend's objects: the ``aws`` connection's S3 client for sagemaker, the
     local backend's endpoint (or boto3's defaults) otherwise."""
     from airflow_smdist.storage import Storage
@@ -146,7 +232,8 @@ def storage_for(backend):
 
 
 # -- the steps, usable on their own ----------------------------------------------------------------------------
-def list_inputs(storage, input_uri: str, output_uri: str, s3_data_type: str = "S3Prefix"):
+def list_inputs(storage: Storage, input_uri: str, output_uri: str, s3_data_type: str = "S3Prefix"
+                ) -> list[InputObject]:
     """The input objects (S3Prefix listing or ManifestFile) with their output names."""
     from airflow_smdist.specs import sharding
 
@@ -158,8 +245,9 @@ def list_inputs(storage, input_uri: str, output_uri: str, s3_data_type: str = "S
     return sharding.input_objects(input_uri, storage.list(input_uri), output_uri)
 
 
-def completeness(storage, objects, output_uri: str, settings: dict, check_records: bool | None = None, *,
-                 provenance: dict | None = None, model: str | None = None):
+def completeness(storage: Storage, objects: Iterable[InputObject], output_uri: str, settings: dict[str, Any],
+                 check_records: bool | None = None, *, provenance: dict[str, dict[str, str]] | None = None,
+                 model: str | None = None) -> CompletenessReport:
     """The completeness check of ``objects`` against what is under ``output_uri`` (record counts where
     countable, or as ``check_records`` says; outputs of another model or of a changed input are stale, from
     ``provenance``: see :func:`read_provenance`)."""
@@ -177,7 +265,7 @@ def completeness(storage, objects, output_uri: str, settings: dict, check_record
                                        provenance=provenance, model=model)
 
 
-def read_provenance(storage, output_uri: str) -> dict[str, dict[str, str]]:
+def read_provenance(storage: Storage, output_uri: str) -> dict[str, dict[str, str]]:
     """What the last manifest under ``output_uri`` recorded of each output: the model that made it and the
     version of the input it was made from ({} without a readable manifest)."""
     from airflow_smdist.specs import sharding
@@ -188,7 +276,7 @@ def read_provenance(storage, output_uri: str) -> dict[str, dict[str, str]]:
         return {}
 
 
-def made_now(objects, processed, model: str | None) -> dict[str, dict[str, str]]:
+def made_now(objects: Iterable[InputObject], processed: Iterable[str], model: str | None) -> dict[str, dict[str, str]]:
     """The provenance of the outputs of ``processed`` (input URIs): ``model``, from the inputs as listed."""
     from airflow_smdist.specs.sharding import made_record
 
@@ -202,7 +290,8 @@ def job_record_uri(output_uri: str, job: str) -> str:
     return sharding.work_uri(output_uri, "jobs", f"{job}.json")
 
 
-def record_job(storage, output_uri: str, job: str, model: str | None, objects) -> None:
+def record_job(storage: Storage, output_uri: str, job: str, model: str | None, objects: Iterable[InputObject]
+               ) -> None:
     """Before a job starts: the model it runs (a fingerprint) and the version of each input it is given, at
     ``<output_uri>/_smdist/jobs/<job>.json``, so that whoever sees the job complete (a sensor, a later try)
     can record what made its outputs."""
@@ -212,7 +301,7 @@ def record_job(storage, output_uri: str, job: str, model: str | None, objects) -
     storage.write_bytes(sharding.dumps(record), job_record_uri(output_uri, job))
 
 
-def made_by_jobs(storage, output_uri: str, jobs) -> dict[str, dict[str, str]]:
+def made_by_jobs(storage: Storage, output_uri: str, jobs: Iterable[str]) -> dict[str, dict[str, str]]:
     """The provenance of what ``jobs`` (completed ones) made, from their records (see :func:`record_job`);
     a job without a readable record adds nothing."""
     from airflow_smdist.specs.sharding import made_record
@@ -228,8 +317,9 @@ def made_by_jobs(storage, output_uri: str, jobs) -> dict[str, dict[str, str]]:
     return out
 
 
-def write_manifest(storage, report, *, input_uri: str, output_uri: str, fan_out: str, jobs: list[dict],
-                   settings: dict, processed=()) -> dict:
+def write_manifest(storage: Storage, report: CompletenessReport, *, input_uri: str, output_uri: str, fan_out: str,
+                   jobs: list[dict[str, Any]], settings: dict[str, Any], processed: Sequence[str] = ()
+                   ) -> dict[str, Any]:
     """Write ``<output_uri>/_smdist/manifest.json``; return its XCom summary."""
     from airflow_smdist.specs import sharding
 
@@ -240,13 +330,14 @@ def write_manifest(storage, report, *, input_uri: str, output_uri: str, fan_out:
     try:
         storage.write_bytes(sharding.dumps(manifest), uri)
     except Exception as exc:  # noqa: BLE001 - reported beside the jobs' outcome (outcome_error), never instead
-        summary = sharding.manifest_summary(manifest, None)
+        summary = sharding.manifest_summary(manifest, cast(str, None))  # not written: no location
         summary["manifest_error"] = f"the manifest {uri} could not be written: {type(exc).__name__}: {exc}"
         return summary
     return sharding.manifest_summary(manifest, uri)
 
 
-def outcome_error(report, summary: dict, failed_jobs: Sequence[str] = (), tail: str = "") -> AirflowException | None:
+def outcome_error(report: CompletenessReport, summary: dict[str, Any], failed_jobs: Sequence[str] = (),
+                  tail: str = "") -> AirflowException | None:
     """The task's error when jobs failed, objects are incomplete or the manifest could not be written: all of
     them, the jobs' failure reasons first (None when all is well)."""
     manifest_error = summary.get("manifest_error")
@@ -263,8 +354,9 @@ def outcome_error(report, summary: dict, failed_jobs: Sequence[str] = (), tail: 
     return AirflowException("\n".join(lines))
 
 
-def plan_shards_step(storage, *, input_uri: str, output_uri: str, shards: int, settings: dict,
-                     check_records: bool | None = None, log=None, model: str | None = None) -> list[dict]:
+def plan_shards_step(storage: Storage, *, input_uri: str, output_uri: str, shards: int, settings: dict[str, Any],
+                     check_records: bool | None = None, log: Any = None, model: str | None = None
+                     ) -> list[dict[str, Any]]:
     """The planner: the objects still without a complete, current output (of ``model``, a fingerprint,
     where given), balanced by size over ``shards`` shards,
     each written as a ManifestFile under ``<output_uri>/_smdist/shards/<digest>/``. Returns one small dict
@@ -301,17 +393,17 @@ def plan_shards_step(storage, *, input_uri: str, output_uri: str, shards: int, s
     return out
 
 
-def _record_settings(op) -> dict:
+def _record_settings(op: RecordSettings) -> dict[str, Any]:
     return {k: getattr(op, k) for k in RECORD_ARGS if getattr(op, k, None) is not None}
 
 
-def _checked_settings(values: dict):
+def _checked_settings(values: dict[str, Any]) -> TransformSettings:
     from airflow_smdist.specs.transform import check_settings
 
     return check_settings(**{k: values.get(k) for k in RECORD_ARGS})
 
 
-class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
+class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, BatchOptions, SmdistJobOperator):
     """Score every object under ``input_uri`` into ``output_uri/<key>.out``, completely.
 
     :param fan_out: ``transform`` (one Batch Transform job over ``instance_count`` instances), ``processing``
@@ -334,86 +426,26 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
 
     kind = "transform"
     name_prefix = "smdist-batch"
-    template_fields: Sequence[str] = (
-        "job_name", "backend", "deferrable", "input_uri", "output_uri", "fan_out", "model_name", "model_data",
-        "image_uri", "framework", "framework_version", "py_version", "entry_point", "source_dir", "model_environment",
-        "role", "instance_type", "instance_count", "shards", "shard", "environment", "s3_data_type", "tags",
-        *RECORD_ARGS)
+    template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *(a.name for a in BATCH_ARGS),
+                                      *RECORD_ARGS)
     template_fields_renderers = {"environment": "json", "model_environment": "json", "shard": "json"}
     operator_extra_links = (SageMakerBatchInferenceJobLink(), LocalJobPageLink())
     name_reserve = NAME_RESERVE
 
-    def __init__(self, *, input_uri: str, output_uri: str, fan_out: str = "transform",
-                 model_name: str | None = None, model_data: str | None = None, image_uri: str | None = None,
-                 framework: str | None = None, framework_version: str | None = None, py_version: str | None = None,
-                 entry_point: str | None = None, source_dir: str | None = None, program: str = "inference.py",
-                 model_environment: dict[str, str] | None = None, role: str | None = None,
-                 instance_type: str = "ml.m5.xlarge", instance_count: int | str = 1, shards: int | str = 2,
-                 shard: dict | None = None, shard_retries: int = 2, s3_data_type: str = "S3Prefix",
-                 content_type: str | None = None, accept: str | None = None, split_type: str | None = None,
-                 compression: str | None = None, batch_strategy: str | None = None,
-                 max_payload_mb: int | str | None = None, max_concurrent_transforms: int | str | None = None,
-                 assemble_with: str | None = None, input_filter: str | None = None, join_source: str | None = None,
-                 output_filter: str | None = None, invocations_timeout: int | str | None = None,
-                 invocations_max_retries: int | str | None = None, environment: dict[str, str] | None = None,
-                 check_records: bool | None = None, max_runtime: int | str = 86400, tags: dict | None = None,
-                 **kwargs: Any) -> None:
+    @with_arguments(BATCH_OPERATOR_ARGS)
+    def __init__(self, **kwargs: Any) -> None:
+        arguments = take_arguments(kwargs, BATCH_OPERATOR_ARGS)
         super().__init__(**kwargs)
-        self.input_uri = input_uri
-        self.output_uri = output_uri
-        self.fan_out = fan_out
-        self.model_name = model_name
-        self.model_data = model_data
-        self.image_uri = image_uri
-        self.framework = framework
-        self.framework_version = framework_version
-        self.py_version = py_version
-        self.entry_point = entry_point
-        self.source_dir = source_dir
-        self.program = program
-        self.model_environment = model_environment
-        self.role = role
-        self.instance_type = instance_type
-        self.instance_count = instance_count
-        self.shards = shards
-        self.shard = shard
-        self.shard_retries = shard_retries
-        self.s3_data_type = s3_data_type
-        self.content_type = content_type
-        self.accept = accept
-        self.split_type = split_type
-        self.compression = compression
-        self.batch_strategy = batch_strategy
-        self.max_payload_mb = max_payload_mb
-        self.max_concurrent_transforms = max_concurrent_transforms
-        self.assemble_with = assemble_with
-        self.input_filter = input_filter
-        self.join_source = join_source
-        self.output_filter = output_filter
-        self.invocations_timeout = invocations_timeout
-        self.invocations_max_retries = invocations_max_retries
-        self.environment = environment
-        self.check_records = check_records
-        self.max_runtime = max_runtime
-        self.tags = tags
-        self._model: dict | None = None
+        for name, value in arguments.items():  # BATCH_OPERATOR_ARGS, one attribute each
+            setattr(self, name, value)
+        self._model: dict[str, Any] | None = None
         #: the fingerprint of the model this run uses, and what the last manifest recorded of each output
         self._fingerprint: str | None = None
         self._previous: dict[str, dict[str, str]] = {}
-        if fan_out == "processing":
-            self.kind = "processing"
+        if self.fan_out == "processing":
+            self.kind = "processing"  # type: ignore[misc]  # this task's kind (a ClassVar elsewhere)
 
     # -- arguments ---------------------------------------------------------------------------------
-    def settings(self) -> dict:
-        """The record settings as given, else the SDK's defaults (None: whole objects, no batch strategy, no
-        assembly); only with ``split_type="Line"`` do ``batch_strategy`` and ``assemble_with`` default to
-        MultiRecord and Line (one output line per input line, so record counts can be checked)."""
-        values = _record_settings(self)
-        if values.get("split_type") == "Line":
-            values.setdefault("batch_strategy", "MultiRecord")
-            values.setdefault("assemble_with", "Line")
-        return values
-
     def base_job_name(self, context: Any) -> str:
         if self.job_name:
             return str(self.job_name)
@@ -438,25 +470,25 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         if not self.model_data and not self.model_name:
             raise SpecError("model_data", "no model: give model_data (a model.tar.gz) with image_uri or framework, "
                             "or model_name of an existing model.", "pass model_data=train.output['model_artifacts'].")
-        self.kind = "processing" if self.fan_out == "processing" else "transform"
+        self.kind = "processing" if self.fan_out == "processing" else "transform"  # type: ignore[misc]
 
     # -- the model -------------------------------------------------------------------------------------
-    def plan_model(self, backend, context: Any) -> tuple[str, dict | None, Any]:
+    def plan_model(self, backend: Backend, context: Any) -> PlannedModel:
         """(name, existing description or None, CreateModel plan or None): the model, built and validated,
         nothing created."""
         return plan_model(backend, self.model_name_for(context), {k: getattr(self, k) for k in MODEL_ARGS},
                           output_uri=self.output_uri, region=self.hook.region_name)
 
-    def check_job_request(self, backend, storage, name: str, input_uri: str, data_type: str,
-                          planned: tuple[str, dict | None, Any]) -> None:
+    def check_job_request(self, backend: Backend, storage: Storage, name: str, input_uri: str, data_type: str,
+                          planned: PlannedModel) -> None:
         """Build and validate the job's request before anything is created or uploaded (a bad one would
         leave an orphan model), also as the backend that will run it checks it (the local backend's limits)."""
         _, existing, plan = planned
         model = existing if plan is None else plan.request
-        backend.check(self.kind, self.make_request(backend, storage, name, input_uri, data_type, model=model,
-                                                   upload=False))
+        backend.check(cast("JobKind", self.kind), self.make_request(backend, storage, name, input_uri, data_type,
+                                                                    model=model, upload=False))
 
-    def know_outputs(self, backend, storage, context: Any) -> tuple[str, dict | None, Any]:
+    def know_outputs(self, backend: Backend, storage: Storage, context: Any) -> PlannedModel:
         """Plan the model (nothing created) and learn what the outputs were made by: the fingerprint of the
         model this run uses (see :func:`model_fingerprint_of`) and the last manifest's record of each output.
         Returns the model's plan."""
@@ -465,15 +497,17 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         self._previous = read_provenance(storage, self.output_uri)
         return planned
 
-    def ensure_model(self, backend, context: Any, planned: tuple[str, dict | None, Any] | None = None) -> dict:
+    def ensure_model(self, backend: Backend, context: Any, planned: PlannedModel | None = None) -> dict[str, Any]:
         """The model's description; created from ``model_data`` when it does not exist yet."""
         from airflow_smdist.backends.base import ResourceExists
 
         name, existing, plan = planned or self.plan_model(backend, context)
         if plan is None:
+            assert existing is not None  # plan_model plans a model that does not exist, or fails
             return existing
         if existing is None:
             if plan.source_dir:
+                assert plan.source_uri is not None  # the builder names the upload of every source_dir it packs
                 from airflow_smdist.sourcedir import upload_source
 
                 upload_source(plan.source_dir, plan.entry_point if self.source_dir else None, plan.source_uri,
@@ -494,7 +528,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         return existing
 
     # -- requests --------------------------------------------------------------------------------------
-    def _input_for(self, storage, name: str, objects: list, pending: list, manifest: str | None) -> tuple[str, str]:
+    def _input_for(self, storage: Storage, name: str, objects: list[InputObject], pending: list[InputObject],
+                   manifest: str | None) -> tuple[str, str]:
         """(S3Uri, S3DataType) of the job: the prefix itself when everything is pending, else a ManifestFile
         naming only the pending objects."""
         from airflow_smdist.specs import sharding
@@ -509,11 +544,12 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                       len(objects) - len(pending), len(objects), name, len(pending), uri)
         return uri, "ManifestFile"
 
-    def make_request(self, backend, storage, name: str, input_uri: str, data_type: str, *, model: dict | None = None,
-                     upload: bool = True) -> dict:
+    def make_request(self, backend: Backend, storage: Storage, name: str, input_uri: str, data_type: str, *,
+                     model: dict[str, Any] | None = None, upload: bool = True) -> dict[str, Any]:
         """The job's request over ``input_uri`` with ``model`` (default: the model ensured); ``upload=False``
         only builds and validates it (the processing runner is not uploaded)."""
         model = model if model is not None else self._model
+        assert model is not None, "the model is planned or ensured before its job's request is made"
         settings = self.settings()
         allow_local = backend.capabilities.local_uris
         if self.fan_out == "processing":
@@ -529,7 +565,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             with tempfile.TemporaryDirectory(prefix="smdist-runner-") as tmp:
                 runner = shutil.copyfile(batch_runner.__file__, f"{tmp}/{RUNNER_NAME}")
                 plan = build_processing_inference(
-                    job_name=name, role=self.role, model=model, input_uri=input_uri,
+                    job_name=name, role=cast(str, self.role), model=model, input_uri=input_uri,
                     output_uri=self.output_uri, runner=runner, code_location=sharding.work_uri(self.output_uri, "code"),
                     instance_type=self.instance_type, instance_count=self.instance_count, s3_data_type=data_type,
                     settings=_checked_settings(settings), environment=self.environment,
@@ -537,7 +573,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                     allow_local_uris=allow_local)
                 if upload:
                     upload_plan(plan, storage)
-            return plan.request
+            request: dict[str, Any] = plan.request
+            return request
         from airflow_smdist.specs.transform import build_transform
 
         return build_transform(job_name=name, model_name=model["ModelName"], input_uri=input_uri,
@@ -546,7 +583,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                                allow_local_uris=allow_local, **settings)
 
     # -- running ---------------------------------------------------------------------------------------
-    def pick_job(self, backend, base: str) -> tuple[str, str]:
+    def pick_job(self, backend: Backend, base: str) -> tuple[str, str]:
         """The job of this task instance to reattach to (still running) or the free name for a new one.
         A completed job is a finished generation: a re-run that finds objects missing starts the next."""
         for generation in range(1, MAX_GENERATIONS + 1):
@@ -599,7 +636,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                 jobs[-1]["_objects"] = processed
         return self._conclude(storage, objects, jobs, processed, write=self.shard is None)
 
-    def _pending(self, storage, objects: list) -> list:
+    def _pending(self, storage: Storage, objects: list[InputObject]) -> list[InputObject]:
         """The objects without a complete, current output (missing, short of records, or stale)."""
         before = completeness(storage, objects, self.output_uri, self.settings(), self.check_records,
                               provenance=self._previous, model=self._fingerprint)
@@ -612,7 +649,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             self.log.info("All %d object(s) already have complete outputs: no job to run.", len(objects))
         return [o for o in objects if o.uri in pending_uris]
 
-    def _finish(self, backend, name: str, context: Any, objects: int | None = None) -> dict:
+    def _finish(self, backend: Backend, name: str, context: Any, objects: int | None = None) -> dict[str, Any]:
         self.lifecycle.track(name)
         self.persist_links(context, name)
         if not self.wait_for_completion:
@@ -632,13 +669,14 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         job["_objects"] = processed
         return self._conclude(storage, objects, [job], processed, write=self.shard is None)
 
-    def _objects(self, storage) -> list:
+    def _objects(self, storage: Storage) -> list[InputObject]:
         if self.shard is not None:
             return list_inputs(storage, self.shard["manifest_uri"], self.output_uri, "ManifestFile")
         return list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
 
-    def _processed_by(self, storage, description: dict, objects: list) -> list[str]:
+    def _processed_by(self, storage: Storage, description: dict[str, Any], objects: list[InputObject]) -> list[str]:
         """The input objects a job was given: its ManifestFile's entries, or every object of the prefix."""
+        src: dict[str, Any]
         if self.kind == "processing":
             src = next((i["S3Input"] for i in description.get("ProcessingInputs") or [] if i["InputName"] == "data"),
                        {})
@@ -650,9 +688,9 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             return [o.uri for o in objects]
         return [o.uri for o in list_inputs(storage, uri, self.output_uri, "ManifestFile")]
 
-    def _job_summary(self, description: dict, objects: int | None = None) -> dict:
+    def _job_summary(self, description: dict[str, Any], objects: int | None = None) -> dict[str, Any]:
         lifecycle = self.lifecycle
-        out = {"job_name": lifecycle.info.job_name(description), "kind": self.kind,
+        out: dict[str, Any] = {"job_name": lifecycle.info.job_name(description), "kind": self.kind,
                "status": lifecycle.status(description)}
         if objects is not None:
             out["objects"] = objects
@@ -660,7 +698,8 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             out["failure_reason"] = lifecycle.failure_reason(description)
         return out
 
-    def _conclude(self, storage, objects: list, jobs: list[dict], processed: list[str], *, write: bool = True):
+    def _conclude(self, storage: Storage, objects: list[InputObject], jobs: list[dict[str, Any]], processed: list[str],
+                  *, write: bool = True) -> dict[str, Any]:
         settings = self.settings()
         if not self.wait_for_completion:
             return {"jobs": jobs, "complete": None, "objects": len(objects), "processed": len(processed)}
@@ -684,7 +723,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             manifest = sharding.batch_manifest(report, input_uri=self.input_uri, output_path=self.output_uri,
                                                fan_out=self.fan_out, jobs=jobs, settings=settings,
                                                processed=processed)
-            summary = sharding.manifest_summary(manifest, None)
+            summary = sharding.manifest_summary(manifest, cast(str, None))  # not written (the merge step writes it)
             summary["shard"] = (self.shard or {}).get("index")
             summary["processed_inputs"] = sorted(processed)
             summary["provenance"] = made  # for the merge step's manifest
@@ -697,12 +736,12 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         return summary
 
     # -- fan_out="jobs" in one task ----------------------------------------------------------------------
-    def run_shards(self, context: Any, backend, storage) -> dict[str, Any]:
+    def run_shards(self, context: Any, backend: Backend, storage: Storage) -> dict[str, Any]:
         """Plan the pending objects over ``shards`` transform jobs, run them at once, retry each failed shard
         on its own up to ``shard_retries`` times, then check completeness. A retry of this task reattaches to
         the shard jobs still running."""
         from airflow_smdist.specs import sharding
-        from airflow_smdist.specs.transform import _as_int as as_int
+        from airflow_smdist.specs.training import _as_int as as_int
 
         objects = list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
         if not objects:
@@ -747,10 +786,11 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
         jobs = self._run_shard_jobs(backend, storage, base_g, plan["shards"], context)
         return self._conclude(storage, objects, jobs, processed)
 
-    def _run_shard_jobs(self, backend, storage, base_g: str, shards: list[dict], context: Any) -> list[dict]:
+    def _run_shard_jobs(self, backend: Backend, storage: Storage, base_g: str, shards: list[dict[str, Any]],
+                        context: Any) -> list[dict[str, Any]]:
         lifecycle = self.lifecycle
         attempts: dict[int, int] = {}
-        done: dict[int, dict] = {}
+        done: dict[int, dict[str, Any]] = {}
         shard_of: dict[str, int] = {}
 
         def start(index: int) -> str | None:
@@ -770,7 +810,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
             shard_of[started.name] = index
             return started.name
 
-        def ended(name: str, description: dict) -> str | None:
+        def ended(name: str, description: dict[str, Any]) -> str | None:
             index = shard_of[name]
             number = shards[index]["index"]
             summary = self._job_summary(description, shards[index]["objects"])
@@ -813,7 +853,7 @@ class SageMakerShardedBatchInferenceOperator(SmdistJobOperator):
                               jobs_path="processing-jobs" if self.kind == "processing" else "transform-jobs")
 
 
-def _materialize(values: Any) -> list:
+def _materialize(values: Any) -> list[Any]:
     """A mapped task's XCom results as a list, read by index up to their count: iterating Airflow's lazy
     XCom sequence reads one past the end to find it, which Airflow 3 logs as an error ("XCom not found")."""
     if values is None:
@@ -825,60 +865,52 @@ def _materialize(values: Any) -> list:
     return [values[i] for i in range(count)]
 
 
-class _StepOperator(BaseOperator):
+class StepArguments:
+    """The arguments of the planner and the merge step besides the record settings (every record setting is
+    accepted, so that one dict of them fits every step; those the steps do not read are kept but unused)."""
+
+    input_uri: str
+    output_uri: str
+    backend: str | None = None
+    #: the shard jobs' model (:data:`MODEL_ARGS`): outputs another model made are pending
+    model: dict[str, Any] | None = None
+    smdist_conn_id: str | None = "smdist_default"
+    aws_conn_id: str | None = None
+    region_name: str | None = None
+    check_records: bool | None = None
+
+
+STEP_ARGS: tuple[Argument, ...] = arguments_of(StepArguments)
+STEP_OPERATOR_ARGS: tuple[Argument, ...] = (*STEP_ARGS, *RECORD_SETTINGS)
+
+
+class _StepOperator(StepArguments, RecordSettings, BaseOperator):
     """The planner and the merge step: they only read and write storage (on the backend's endpoint)."""
 
     template_fields: Sequence[str] = ("input_uri", "output_uri", "backend", "model", *RECORD_ARGS)
 
-    def __init__(self, *, input_uri: str, output_uri: str, backend: str | None = None,
-                 model: dict[str, Any] | None = None,
-                 smdist_conn_id: str | None = "smdist_default", aws_conn_id: str | None = None,
-                 region_name: str | None = None, content_type: str | None = None, accept: str | None = None,
-                 split_type: str | None = None, compression: str | None = None, batch_strategy: str | None = None,
-                 assemble_with: str | None = None, join_source: str | None = None, output_filter: str | None = None,
-                 check_records: bool | None = None, **kwargs: Any) -> None:
-        # accepted so that one dict of record settings fits every step
-        extra = {name: kwargs.pop(name, None) for name in ("max_payload_mb", "max_concurrent_transforms",
-                                                           "input_filter", "invocations_timeout",
-                                                           "invocations_max_retries")}
+    @with_arguments(STEP_OPERATOR_ARGS)
+    def __init__(self, **kwargs: Any) -> None:
+        arguments = take_arguments(kwargs, STEP_OPERATOR_ARGS)
         super().__init__(**kwargs)
-        for name, value in extra.items():
+        for name, value in arguments.items():  # STEP_OPERATOR_ARGS, one attribute each
             setattr(self, name, value)
-        self.input_uri = input_uri
-        self.output_uri = output_uri
-        self.backend = backend
-        self.smdist_conn_id = smdist_conn_id
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
-        self.content_type = content_type
-        self.accept = accept
-        self.split_type = split_type
-        self.compression = compression
-        self.batch_strategy = batch_strategy
-        self.assemble_with = assemble_with
-        self.join_source = join_source
-        self.output_filter = output_filter
-        self.check_records = check_records
-        #: the shard jobs' model (:data:`MODEL_ARGS`): outputs another model made are pending
-        self.model = model
 
-    settings = SageMakerShardedBatchInferenceOperator.settings
-
-    def storage(self):
+    def storage(self) -> Storage:
         return storage_for(self.job_backend)
 
     @cached_property
-    def job_backend(self):
+    def job_backend(self) -> Backend:
         """The backend the shard jobs run on (after templates are rendered)."""
         return self.hook.get_backend(self.backend)
 
     @cached_property
-    def hook(self):
+    def hook(self) -> SmdistHook:
         from airflow_smdist.hooks.smdist import SmdistHook
 
         return SmdistHook(self.smdist_conn_id, aws_conn_id=self.aws_conn_id, region_name=self.region_name)
 
-    def fingerprint(self, storage) -> str | None:
+    def fingerprint(self, storage: Storage) -> str | None:
         """The fingerprint of the shard jobs' model (None without ``model``), as the shards compute it."""
         if not self.model:
             return None
@@ -906,8 +938,8 @@ class SageMakerBatchShardPlanOperator(_StepOperator):
         super().__init__(**kwargs)
         self.shards = shards
 
-    def execute(self, context: Any) -> list[dict]:
-        from airflow_smdist.specs.transform import _as_int
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from airflow_smdist.specs.training import _as_int
 
         storage = self.storage()
         return plan_shards_step(storage, input_uri=self.input_uri, output_uri=self.output_uri,
@@ -933,7 +965,8 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
         storage = self.storage()
         objects = list_inputs(storage, self.input_uri, self.output_uri)
         provenance = read_provenance(storage, self.output_uri)
-        jobs, processed = [], []
+        jobs: list[dict[str, Any]] = []
+        processed: list[str] = []
         for result in [r for r in _materialize(self.shard_results) if r]:
             jobs += result.get("jobs") or []
             processed += result.get("processed_inputs") or []
@@ -950,12 +983,12 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
         return summary
 
 
-#: the arguments the planner and the merge step take besides the record settings
-_STEP_ARGS = ("backend", "smdist_conn_id", "aws_conn_id", "region_name", "check_records")
+#: the arguments the planner and the merge step take from the shards' common arguments, besides the record settings
+_STEP_ARGS = tuple(a.name for a in STEP_ARGS if a.name not in ("input_uri", "output_uri", "model"))
 
 
 def sharded_batch_inference(group_id: str, *, input_uri: str, output_uri: str, shards: int | str = 2,
-                            shard_retries: int = 2, **common: Any):
+                            shard_retries: int = 2, **common: Any) -> Any:
     """``fan_out="jobs"`` as a DAG shape: a TaskGroup ``plan`` -> ``shard`` (mapped: one transform job per
     planned shard) -> ``merge``, so Airflow itself retries (``shard_retries``), defers and shows each shard.
 
@@ -968,7 +1001,7 @@ def sharded_batch_inference(group_id: str, *, input_uri: str, output_uri: str, s
     try:
         from airflow.sdk import TaskGroup
     except ImportError:  # Airflow 2
-        from airflow.utils.task_group import TaskGroup
+        from airflow.utils.task_group import TaskGroup  # type: ignore[no-redef]
     from airflow_smdist.specs.errors import SpecError
 
     for reserved in ("fan_out", "shard", "task_id"):

@@ -2,7 +2,9 @@
 
 Named ``Smdist...`` because the Amazon provider already has a ``SageMakerTuningOperator`` (which takes a raw
 config); this one takes the arguments of :class:`~airflow_smdist.operators.training.
-SageMakerDistributedTrainingOperator` plus the search, and runs on either backend.
+SageMakerDistributedTrainingOperator` (through their common base, :class:`~airflow_smdist.operators.training.
+TrainingSpecOperator`) plus the search (:class:`airflow_smdist.specs.tuning.TuningSearch`), and runs on either
+backend.
 """
 
 from __future__ import annotations
@@ -11,23 +13,29 @@ import json
 import logging
 import os
 import tempfile
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
-from airflow_smdist.operators.base import NAME_LIMIT, isoformat, require_role, stable_job_name
+from airflow_smdist.operators._arguments import take_arguments, with_arguments
+from airflow_smdist.operators.base import NAME_LIMIT, isoformat, stable_job_name
 from airflow_smdist.operators.links import BASE_AWS_CONSOLE_LINK, LocalJobPageLink, SmdistConsoleLink
-from airflow_smdist.operators.training import TRAINING_ARGS, SageMakerDistributedTrainingOperator, _ForwardTo
+from airflow_smdist.operators.training import (
+    OPERATOR_DEFAULTS,
+    TRAINING_ARGS,
+    TRAINING_OPERATOR_ARGS,
+    TrainingSpecOperator,
+)
+from airflow_smdist.specs.arguments import TUNING
+
+if TYPE_CHECKING:  # imported where a job is built, not where a DAG file is parsed
+    from airflow_smdist.backends.base import Backend
+    from airflow_smdist.specs.tuning import TuningPlan
 
 log = logging.getLogger(__name__)
 
 TUNING_NAME_LIMIT = 32  # HyperParameterTuningJobName: its trials are named <name>-NNN-<8 hex>
-#: build_tuning arguments the operator passes through (and templates), besides the training ones
-TUNING_ARGS = (
-    "objective_metric_name", "objective_type", "hyperparameter_ranges", "strategy", "max_jobs",
-    "max_parallel_jobs", "max_runtime", "early_stopping_type", "hyperband_min_resource", "hyperband_max_resource",
-    "warm_start_parents", "warm_start_type", "target_objective_value", "max_jobs_not_improving",
-    "complete_on_convergence", "random_seed",
-)
+#: the search's arguments (:class:`airflow_smdist.specs.tuning.TuningSearch`), which the operator takes and
+#: templates besides the training ones, and passes to build_tuning
+TUNING_ARGS: tuple[str, ...] = tuple(a.name for a in TUNING)
 assert NAME_LIMIT >= TUNING_NAME_LIMIT
 
 
@@ -37,7 +45,7 @@ class SageMakerTuningJobLink(SmdistConsoleLink):
     format_str = BASE_AWS_CONSOLE_LINK + "/sagemaker/home?region={region_name}#/hyper-tuning-jobs/{job_name}"
 
 
-class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
+class SmdistTuningOperator(TrainingSpecOperator):
     """Tune a training job's hyperparameters with SageMaker automatic model tuning.
 
     Training arguments are the training operator's (``entry_point``, ``source_dir``, ``image_uri`` or
@@ -63,41 +71,17 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
     kind = "tuning"
     name_prefix = "hpo"
     template_fields: Sequence[str] = ("job_name", "backend", "deferrable", *TRAINING_ARGS, *TUNING_ARGS, "results_path")
-    template_fields_renderers = {**SageMakerDistributedTrainingOperator.template_fields_renderers,
-                                 "hyperparameter_ranges": "json"}
+    template_fields_renderers = {**TrainingSpecOperator.template_fields_renderers, "hyperparameter_ranges": "json"}
     operator_extra_links = (SageMakerTuningJobLink(), LocalJobPageLink())
     name_limit = TUNING_NAME_LIMIT
     ui_color = "#f9cb9c"
 
-    def __init__(self, *, objective_metric_name: str, hyperparameter_ranges: dict[str, Any],
-                 objective_type: str = "Maximize", strategy: str = "Bayesian", max_jobs: int | str | None = None,
-                 max_parallel_jobs: int | str = 1, max_runtime: int | str | None = None,
-                 early_stopping_type: str = "Off", hyperband_min_resource: int | str | None = None,
-                 hyperband_max_resource: int | str | None = None, warm_start_parents: list[str] | str | None = None,
-                 warm_start_type: str = "IdenticalDataAndAlgorithm", target_objective_value: float | str | None = None,
-                 max_jobs_not_improving: int | str | None = None, complete_on_convergence: bool | None = None,
-                 random_seed: int | str | None = None, plot: bool = True, results_path: str | None = None,
-                 **kwargs: Any) -> None:
+    @with_arguments((*TUNING, *TRAINING_OPERATOR_ARGS), OPERATOR_DEFAULTS)
+    def __init__(self, *, plot: bool = True, results_path: str | None = None, **kwargs: Any) -> None:
+        search = take_arguments(kwargs, TUNING)
         super().__init__(**kwargs)
-        # a tuning job has no training insight (each trial is a training job of its own, with its own numbers):
-        # the training operator's after-job insight would describe a job that has no TrainingJobName
-        self.insight = False
-        self.objective_metric_name = objective_metric_name
-        self.hyperparameter_ranges = hyperparameter_ranges
-        self.objective_type = objective_type
-        self.strategy = strategy
-        self.max_jobs = max_jobs
-        self.max_parallel_jobs = max_parallel_jobs
-        self.max_runtime = max_runtime
-        self.early_stopping_type = early_stopping_type
-        self.hyperband_min_resource = hyperband_min_resource
-        self.hyperband_max_resource = hyperband_max_resource
-        self.warm_start_parents = warm_start_parents
-        self.warm_start_type = warm_start_type
-        self.target_objective_value = target_objective_value
-        self.max_jobs_not_improving = max_jobs_not_improving
-        self.complete_on_convergence = complete_on_convergence
-        self.random_seed = random_seed
+        for name, value in search.items():  # the search (TUNING_ARGS), one attribute each
+            setattr(self, name, value)
         self.plot = plot
         self.results_path = results_path
 
@@ -108,23 +92,15 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
         return stable_job_name(self.name_prefix, ti.dag_id, ti.task_id, context["run_id"], getattr(ti, "map_index", -1),
                                limit=TUNING_NAME_LIMIT)
 
-    def plan(self, job_name: str, backend_name: str):
-        require_role(self, backend_name)  # before anything is built or uploaded
-        from airflow_smdist.backends.base import capabilities
+    def search_arguments(self) -> dict[str, Any]:
+        """The search's arguments (:data:`TUNING_ARGS`) as this task renders them."""
+        return {name: getattr(self, name) for name in TUNING_ARGS}
+
+    def build_plan(self, job_name: str, local_uris: bool) -> TuningPlan:
         from airflow_smdist.specs.tuning import build_tuning
 
-        local_uris = capabilities(backend_name).local_uris
-
-        spec_log = logging.getLogger("airflow_smdist.specs")
-        handler = None if AIRFLOW_V_3_0_PLUS else _ForwardTo(self.log)
-        if handler:
-            spec_log.addHandler(handler)
-        try:
-            return build_tuning(job_name=job_name, region=self.hook.region_name, allow_local_uris=local_uris,
-                                **self.training_arguments(), **{name: getattr(self, name) for name in TUNING_ARGS})
-        finally:
-            if handler:
-                spec_log.removeHandler(handler)
+        return build_tuning(job_name=job_name, region=self.hook.region_name, allow_local_uris=local_uris,
+                            **self.training_arguments(), **self.search_arguments())
 
     def draws_after_job(self) -> bool:
         return bool(self.plot)  # the objective per trial (write_results); a tuning job has no insight.png
@@ -145,7 +121,7 @@ class SmdistTuningOperator(SageMakerDistributedTrainingOperator):
 
 
 # ---- trials of a tuning job, on either backend ------------------------------------------------------------------
-def list_training_jobs_for_tuning_job(backend, name: str, *, status_equals: str | None = None,
+def list_training_jobs_for_tuning_job(backend: Backend, name: str, *, status_equals: str | None = None,
                                       sort_by: str | None = None,
                                       sort_order: str | None = None) -> list[dict[str, Any]]:
     """Every HyperParameterTrainingJobSummary of tuning job ``name`` (ListTrainingJobsForHyperParameterTuningJob,
@@ -156,7 +132,7 @@ def list_training_jobs_for_tuning_job(backend, name: str, *, status_equals: str 
         name, status_equals=status_equals, sort_by=sort_by, sort_order=sort_order), what="list")
 
 
-def _decoded(tuned: dict[str, str]) -> dict[str, Any]:
+def _decoded(tuned: dict[str, str] | None) -> dict[str, Any]:
     out = {}
     for k, v in (tuned or {}).items():
         try:
@@ -166,7 +142,7 @@ def _decoded(tuned: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def tuning_result(description: dict[str, Any], backend) -> dict[str, Any]:
+def tuning_result(description: dict[str, Any], backend: Backend) -> dict[str, Any]:
     """The small, JSON-safe XCom result of a tuning job: the best trial, its values and model artifact."""
     cfg = description["HyperParameterTuningJobConfig"]
     objective = cfg.get("HyperParameterTuningJobObjective") or {}
@@ -327,7 +303,7 @@ def plot_objective(rows: list[dict[str, Any]], *, metric: str, maximize: bool, t
     draw_objective(rows, metric=metric, maximize=maximize, title=title).savefig(path, format="png")
 
 
-def write_results(backend, description: dict[str, Any], results_path: str | None = None) -> dict[str, str]:
+def write_results(backend: Backend, description: dict[str, Any], results_path: str | None = None) -> dict[str, str]:
     """Write ``trials.json`` and ``objective.png`` under ``results_path`` (default
     ``<S3OutputPath>/<tuning job>/tuning-results``); returns their URIs."""
     from airflow_smdist.storage import Storage, join_uri

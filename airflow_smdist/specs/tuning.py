@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,40 @@ class TuningPlan:
     @property
     def world_size(self) -> int:
         return self.training.world_size if self.training else 1
+
+
+@dataclass(kw_only=True)
+class TuningSearch:
+    """The search of a tuning job: :func:`build_tuning`'s own arguments (the rest are the training job's),
+    declared once here; the tuning operator's arguments and template fields are these fields (through the
+    table :data:`airflow_smdist.specs.arguments.TUNING`). Defaults are the SageMaker SDK's."""
+
+    objective_metric_name: str
+    objective_type: str = "Maximize"
+    hyperparameter_ranges: dict[str, Any]
+    strategy: str = "Bayesian"
+    max_jobs: int | str | None = None
+    max_parallel_jobs: int | str = 1
+    max_runtime: int | str | None = None
+    early_stopping_type: str = "Off"
+    hyperband_min_resource: int | str | None = None
+    hyperband_max_resource: int | str | None = None
+    warm_start_parents: list[str] | str | None = None
+    warm_start_type: str = "IdenticalDataAndAlgorithm"
+    target_objective_value: float | str | None = None
+    max_jobs_not_improving: int | str | None = None
+    complete_on_convergence: bool | None = None
+    random_seed: int | str | None = None
+
+    @classmethod
+    def take(cls, arguments: dict[str, Any]) -> TuningSearch:
+        """The search's arguments popped from ``arguments`` (what remains is the training job's)."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [f.name for f in dataclasses.fields(cls)
+                   if f.default is dataclasses.MISSING and f.name not in arguments]
+        if missing:
+            raise TypeError(f"build_tuning() missing required keyword argument {missing[0]!r}")
+        return cls(**{name: arguments.pop(name) for name in names if name in arguments})
 
 
 # ---- small parsers ---------------------------------------------------------------------------------------
@@ -574,32 +609,12 @@ def _parallelism_advice(strategy: str, limits: dict[str, Any]) -> list[Any]:
     return advice
 
 
-def build_tuning(
-    *,
-    job_name: str,
-    objective_metric_name: str,
-    hyperparameter_ranges: dict[str, Any],
-    objective_type: str = "Maximize",
-    strategy: str = "Bayesian",
-    max_jobs: int | str | None = None,
-    max_parallel_jobs: int | str = 1,
-    max_runtime: int | str | None = None,
-    early_stopping_type: str = "Off",
-    hyperband_min_resource: int | str | None = None,
-    hyperband_max_resource: int | str | None = None,
-    warm_start_parents: list[str] | str | None = None,
-    warm_start_type: str = "IdenticalDataAndAlgorithm",
-    target_objective_value: float | str | None = None,
-    max_jobs_not_improving: int | str | None = None,
-    complete_on_convergence: bool | None = None,
-    random_seed: int | str | None = None,
-    tags: dict[str, str] | None = None,
-    allow_local_uris: bool = True,
-    **training_args: Any,
-) -> TuningPlan:
+def build_tuning(*, job_name: str, tags: dict[str, str] | None = None, allow_local_uris: bool = True,
+                 **arguments: Any) -> TuningPlan:
     """Build a CreateHyperParameterTuningJob request the way the SageMaker SDK's HyperparameterTuner would.
 
-    ``training_args`` are :func:`airflow_smdist.specs.training.build_training`'s (entry_point, source_dir,
+    The search's arguments are the fields of :class:`TuningSearch`; the other ``arguments`` are
+    :func:`airflow_smdist.specs.training.build_training`'s (entry_point, source_dir,
     framework, image_uri, instance_type, hyperparameters, inputs, metric_definitions, max_run, ...); the
     source is named under the tuning job (``<code_location>/<job_name>/source/sourcedir.tar.gz``), as the
     SDK does. ``hyperparameter_ranges`` maps names to ranges (see :func:`parameter_ranges`); the
@@ -614,14 +629,17 @@ def build_tuning(
     """
     from airflow_smdist.specs.training import build_training
 
+    search = TuningSearch.take(arguments)
+    training_args = arguments  # what is left: the training job's
     if not isinstance(job_name, str) or not job_name:
         raise SpecError("job_name", "is required.", "give the tuning job's name (at most 32 characters).")
     if len(job_name) > 32:
         raise SpecError("job_name", f"{job_name!r} is {len(job_name)} characters; tuning job names are at most 32 "
                         "(they prefix the trials' names).", "shorten it to 32 characters.")
-    strategy = _choice(strategy, STRATEGIES, "strategy")
-    objective_type = _choice(objective_type, OBJECTIVE_TYPES, "objective_type")
-    early_stopping_type = _choice(early_stopping_type, ("Off", "Auto"), "early_stopping_type")
+    strategy = _choice(search.strategy, STRATEGIES, "strategy")
+    objective_type = _choice(search.objective_type, OBJECTIVE_TYPES, "objective_type")
+    early_stopping_type = _choice(search.early_stopping_type, ("Off", "Auto"), "early_stopping_type")
+    objective_metric_name = search.objective_metric_name
     if not objective_metric_name or not isinstance(objective_metric_name, str):
         raise SpecError("objective_metric_name", "is required.",
                         "name one of metric_definitions, e.g. 'validation:rmse'.")
@@ -632,7 +650,7 @@ def build_tuning(
     train_req = training.request
     # as the SDK's tuner: JSON-encoded categorical values for Framework estimators only, not for a plain
     # Estimator of the user's own image even in script mode (entry_point)
-    ranges = parameter_ranges(hyperparameter_ranges, framework=bool(training_args.get("framework")))
+    ranges = parameter_ranges(search.hyperparameter_ranges, framework=bool(training_args.get("framework")))
     tuned = tuned_names(ranges)
     fixed_by_builder = [n for n in tuned if n.startswith("sagemaker_")]
     if fixed_by_builder:
@@ -644,7 +662,8 @@ def build_tuning(
             log.info("hyperparameter %r is tuned: its static value is dropped (as the SageMaker SDK does)", name)
     definition = training_definition(train_req, tuned)
 
-    limits, combinations = _resource_limits(strategy, ranges, max_jobs, max_parallel_jobs, max_runtime)
+    limits, combinations = _resource_limits(strategy, ranges, search.max_jobs, search.max_parallel_jobs,
+                                           search.max_runtime)
     config: dict[str, Any] = {
         "Strategy": strategy,
         "HyperParameterTuningJobObjective": {"Type": objective_type, "MetricName": objective_metric_name},
@@ -654,24 +673,27 @@ def build_tuning(
     }
     if strategy == "Hyperband":
         config["StrategyConfig"] = {"HyperbandStrategyConfig": _hyperband_config(
-            hyperband_min_resource, hyperband_max_resource, definition["StaticHyperParameters"])}
-    elif hyperband_min_resource is not None or hyperband_max_resource is not None:
-        raise SpecError("hyperband_min_resource" if hyperband_min_resource is not None else "hyperband_max_resource",
+            search.hyperband_min_resource, search.hyperband_max_resource, definition["StaticHyperParameters"])}
+    elif search.hyperband_min_resource is not None or search.hyperband_max_resource is not None:
+        raise SpecError("hyperband_min_resource" if search.hyperband_min_resource is not None
+                        else "hyperband_max_resource",
                         f"only applies to the Hyperband strategy, not {strategy}.",
                         "drop it, or use strategy='Hyperband'.")
-    criteria = _completion_criteria(target_objective_value, max_jobs_not_improving, complete_on_convergence)
+    criteria = _completion_criteria(search.target_objective_value, search.max_jobs_not_improving,
+                                    search.complete_on_convergence)
     if criteria:
         config["TuningJobCompletionCriteria"] = criteria
-    if random_seed is not None:
-        config["RandomSeed"] = _int_arg(random_seed, "random_seed", 0)
+    if search.random_seed is not None:
+        config["RandomSeed"] = _int_arg(search.random_seed, "random_seed", 0)
 
     request: dict[str, Any] = {"HyperParameterTuningJobName": job_name, "HyperParameterTuningJobConfig": config,
                                "TrainingJobDefinition": definition}
-    if warm_start_parents:
-        parents = [warm_start_parents] if isinstance(warm_start_parents, str) else list(warm_start_parents)
+    parents = search.warm_start_parents
+    if parents:
+        parents = [parents] if isinstance(parents, str) else list(parents)
         request["WarmStartConfig"] = {
             "ParentHyperParameterTuningJobs": [{"HyperParameterTuningJobName": str(p)} for p in parents],
-            "WarmStartType": _choice(warm_start_type, WARM_START_TYPES, "warm_start_type")}
+            "WarmStartType": _choice(search.warm_start_type, WARM_START_TYPES, "warm_start_type")}
     if tags:
         request["Tags"] = as_tags(tags)
 
