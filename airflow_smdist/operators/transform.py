@@ -443,7 +443,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         self._fingerprint: str | None = None
         self._previous: dict[str, dict[str, str]] = {}
         if self.fan_out == "processing":
-            self.kind = "processing"  # type: ignore[misc]  # this task's kind (a ClassVar elsewhere)
+            self.kind = "processing"
 
     # -- arguments ---------------------------------------------------------------------------------
     def base_job_name(self, context: Any) -> str:
@@ -470,7 +470,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         if not self.model_data and not self.model_name:
             raise SpecError("model_data", "no model: give model_data (a model.tar.gz) with image_uri or framework, "
                             "or model_name of an existing model.", "pass model_data=train.output['model_artifacts'].")
-        self.kind = "processing" if self.fan_out == "processing" else "transform"  # type: ignore[misc]
+        self.kind = "processing" if self.fan_out == "processing" else "transform"
 
     # -- the model -------------------------------------------------------------------------------------
     def plan_model(self, backend: Backend, context: Any) -> PlannedModel:
