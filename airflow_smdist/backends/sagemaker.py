@@ -19,6 +19,7 @@ from airflow_smdist.backends.base import (
     CAPABILITIES,
     TERMINAL_STATES,
     BackendError,
+    FileCursorStore,
     JobNotFound,
     LogEvent,
     ModelNotFound,
@@ -217,14 +218,16 @@ class SageMakerBackend:
         """A wait reads a job's CloudWatch lines from its creation on (see sagemaker_async.CloudWatchLogReader)."""
         return {"t": int(created * 1000), "seen": []} if created else None
 
-    def log_cursor_path(self, kind: str, name: str) -> Path:
-        """Under the local root (SageMaker keeps nothing of ours): per region, kind and job."""
+    def log_cursor_store(self, kind: str, name: str) -> FileCursorStore:
+        """A file under the local root (SageMaker keeps nothing of ours): per region, kind and job. Only for a
+        trigger without a task instance: one with it keeps the cursor in its XCom (``shared_log_cursor``), which
+        every triggerer reads."""
         import os
 
         from airflow_smdist.backends.local.store import default_root
 
         region = self.region_name or os.environ.get("AWS_DEFAULT_REGION") or "default"
-        return default_root() / "trigger-log-cursors" / "sagemaker" / region / kind / f"{name}.json"
+        return FileCursorStore(default_root() / "trigger-log-cursors" / "sagemaker" / region / kind / f"{name}.json")
 
     def job_dir(self, kind: str, name: str) -> Path | None:
         """None: a SageMaker job keeps no directory on this machine."""
