@@ -234,8 +234,9 @@ class SmdistJobOperator(BaseOperator):
                      as_of: float | None = None):
         """The trigger to defer to. Given the job's ``description`` and when it was taken (``as_of``), the
         trigger starts from that status and makes no Describe of its own. ``cursor_key`` is new for every
-        deferral: a trigger rebuilt from its kwargs (triggerer restart) resumes the persisted log cursor, a
-        later deferral (a retry) prints the job's log afresh into its own task log."""
+        deferral: a trigger rebuilt from its kwargs (a triggerer restart, or moved to another triggerer) resumes
+        the kept log cursor (airflow_smdist.triggers.cursor), a later deferral (a retry) prints the job's log
+        afresh into its own task log."""
         import importlib
         import uuid
 

@@ -344,10 +344,11 @@ class SmdistJobTrigger(BaseTrigger):
     ``{"status": "success"|"failed"|"stopped", "job_name", "job_status", "failure_reason"}``.
 
     ``job_status`` / ``as_of`` / ``created``: the job's status, when it was seen, and its creation time (epoch),
-    from the operator's Describe before deferring. ``cursor_key`` identifies this deferral: the persisted log
-    cursor is resumed only by a trigger rebuilt from the same kwargs (a triggerer restart), so a later try
-    prints the job's log afresh into its own task log. With ``secret_hyperparameters`` the trigger describes
-    the job once, to mask their values before it writes any log line."""
+    from the operator's Describe before deferring. ``cursor_key`` identifies this deferral: the kept log
+    cursor (:meth:`cursor_store`) is resumed only by a trigger rebuilt from the same kwargs (a triggerer restart,
+    or the trigger moved to another triggerer), so a later try prints the job's log afresh into its own task log.
+    With ``secret_hyperparameters`` the trigger describes the job once, to mask their values before it writes any
+    log line."""
 
     kind = "training"
 
