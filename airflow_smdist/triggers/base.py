@@ -486,3 +486,5 @@ class SmdistJobTrigger(BaseTrigger):
         finally:
             log_poller.unwatch(self.job_name)
             poller.unwatch(self.job_name, queue)
+            if writer is not None:  # cancelled (the triggerer stops, or the trigger moves): keep the last cursor
+                await writer.close()

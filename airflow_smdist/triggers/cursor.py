@@ -13,12 +13,14 @@ from its kwargs resumes there: no line twice, none lost. The cursor goes to a st
 The record is ``{"key": <the deferral's cursor_key>, "cursor": <the backend's cursor>}``: a trigger resumes only a
 cursor saved under its own deferral's key. :class:`CursorWriter` saves it after the lines it covers were logged (a
 crash in between repeats lines, never loses them), off the event loop's critical path: one writer per trigger,
-the last cursor wins, flushed before the trigger yields its event.
+the last cursor wins, flushed before the trigger yields its event (and, for a few seconds at most, when the
+trigger is cancelled: a triggerer that stops, or a trigger that moves).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 
 #: the XCom key of a trigger's log cursor
 XCOM_KEY = "smdist_log_cursor"
+#: how long a trigger that ends (or is cancelled) waits for its last cursor to be saved
+CLOSE_SECONDS = 5.0
 
 
 class XComCursorStore:
@@ -84,3 +88,11 @@ class CursorWriter:
         """Wait until every record put so far is saved (or failed)."""
         while self.task is not None and not self.task.done():
             await asyncio.shield(self.task)
+
+    async def close(self) -> None:
+        """At the trigger's end, cancelled or not: let a save under way or waiting finish, for at most
+        :data:`CLOSE_SECONDS` (a triggerer that stops gives its triggers a moment to clean up)."""
+        if self.task is None or self.task.done():
+            return
+        with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self.flush()), CLOSE_SECONDS)

@@ -277,3 +277,30 @@ def test_a_trigger_moved_to_another_triggerer_with_another_home_prints_no_line_t
     assert event.payload["job_status"] == "Completed"
     assert [m for m in shown if m.startswith("[algo-1]")] == [f"[algo-1] line {i}" for i in range(5)]
     assert not (tmp_path / "home1").exists() and not (tmp_path / "home2").exists()  # no file was the store
+
+
+def test_a_cancelled_trigger_lets_its_last_save_finish_before_it_ends(tmp_path: Any) -> None:
+    """The triggerer stops (or the trigger moves) while a cursor is being saved: the trigger's task ends only once
+    the save is done, so the trigger rebuilt elsewhere resumes after the lines already printed."""
+    backend = StubBackend(root=tmp_path)
+    backend.add_job(KIND, "job", ["InProgress"], lines=["epoch 1"])
+    for _ in range(1000):
+        backend.source.script_list(server_time=time.time() + 1)
+    trigger = trigger_for(backend)
+    capture(trigger, [])
+    store = SlowStore()
+    trigger.cursor_store = lambda _backend: store  # type: ignore[method-assign]
+
+    async def scenario() -> tuple[bool, dict[str, Any] | None]:
+        task = asyncio.ensure_future(first_event(trigger))
+        await store.asked.wait()
+        task.cancel()
+        await asyncio.sleep(0.01)
+        ended_before_the_save = task.done()
+        store.release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return ended_before_the_save, store.record
+
+    ended_early, kept = run(scenario())
+    assert not ended_early and kept == {"key": "deferral-1", "cursor": 1}
