@@ -81,6 +81,9 @@ __all__ = [
     "sensitive_name",
     "task_instance_state",
     "taskflow_base",
+    "task_xcom_delete",
+    "trigger_xcom_get",
+    "trigger_xcom_set",
 ]
 
 
@@ -279,3 +282,65 @@ def sensitive_name(name: str) -> bool:
             continue
     lowered = name.lower()  # pragma: no cover - every supported line has one of the above
     return any(s in lowered for s in ("password", "secret", "token", "api_key", "apikey", "private_key"))
+
+
+# -- a trigger's log cursor in its task instance's XCom (airflow_smdist.triggers.cursor) --------------------------
+#: Airflow 3 (3.0.6 .. 3.3): a trigger has no database; it sends GetXCom/SetXCom to its triggerer's supervisor,
+#: which calls the execution API (``SUPERVISOR_COMMS.asend``, awaited in the triggerer's event loop: the message
+#: classes and ``asend`` are the same on every 3.x line MWAA runs). Airflow 2.10 / 2.11: the triggerer has the
+#: database, and ``XCom.get_one``/``XCom.set`` run in a thread. Values are plain JSON (a dict of numbers, strings
+#: and lists), stored as they are.
+async def trigger_xcom_get(ti: Any, key: str) -> Any:
+    """From a running trigger: the XCom ``key`` of its task instance ``ti`` (None when there is none)."""
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk.execution_time.comms import GetXCom, XComResult
+        from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+        answer = await SUPERVISOR_COMMS.asend(GetXCom(key=key, dag_id=ti.dag_id, run_id=ti.run_id,
+                                                      task_id=ti.task_id, map_index=ti.map_index))
+        return answer.value if isinstance(answer, XComResult) else None
+    import asyncio
+
+    from airflow.models.xcom import XCom
+
+    return await asyncio.to_thread(XCom.get_one, key=key, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
+                                   map_index=ti.map_index)
+
+
+async def trigger_xcom_set(ti: Any, key: str, value: Any) -> None:
+    """From a running trigger: set its task instance's XCom ``key`` to ``value`` (JSON). Raises on failure."""
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk.execution_time.comms import ErrorResponse, SetXCom
+        from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+        answer = await SUPERVISOR_COMMS.asend(SetXCom(key=key, value=value, dag_id=ti.dag_id, run_id=ti.run_id,
+                                                      task_id=ti.task_id, map_index=ti.map_index))
+        if isinstance(answer, ErrorResponse):
+            raise AirflowException(f"SetXCom {key!r} failed: {answer.error} {answer.detail}")
+        return
+    import asyncio
+
+    from airflow.models.xcom import XCom
+
+    await asyncio.to_thread(XCom.set, key, value, dag_id=ti.dag_id, task_id=ti.task_id, run_id=ti.run_id,
+                            map_index=ti.map_index)
+
+
+def task_xcom_delete(ti: Any, key: str) -> None:
+    """From a running task (``context["ti"]``): delete its XCom ``key``, if any. Airflow 3: one DeleteXCom to the
+    task's supervisor; Airflow 2: one DELETE in the metadata database."""
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk.execution_time.comms import DeleteXCom
+        from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+        SUPERVISOR_COMMS.send(DeleteXCom(key=key, dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
+                                         map_index=ti.map_index))
+        return
+    from sqlalchemy import delete
+
+    from airflow.models.xcom import XCom
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.execute(delete(XCom).where(XCom.key == key, XCom.dag_id == ti.dag_id, XCom.task_id == ti.task_id,
+                                           XCom.run_id == ti.run_id, XCom.map_index == ti.map_index))

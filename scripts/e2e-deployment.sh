@@ -4,6 +4,8 @@
 # example DAGs plus one DAG on the sagemaker backend against a moto server. scripts/e2e/test_deployment.py
 # then triggers runs through the REST API with a token, as the UI does, drills two faults (kill -9 of a
 # task's worker process, kill -9 of the triggerer), and checks states, task logs, XComs and links;
+# scripts/e2e/test_trigger_moves.py moves a deferred sagemaker-backend job's trigger to a triggerer with another
+# home directory and checks that the task log holds every line once;
 # scripts/e2e/test_browser.py looks at the UI in headless Chromium and keeps screenshots in
 # $E2E_ARTIFACTS (default: artifacts/e2e/, gitignored). Everything is stopped and removed at the end.
 #
@@ -20,6 +22,8 @@ export AIRFLOW_LOCAL_DIR="$WORK/deployment"
 free_port() { "$PY" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
 export AIRFLOW_LOCAL_PORT="$(free_port)" AIRFLOW_LOCAL_PG_PORT="$(free_port)"
 MOTO_PORT="$(free_port)"
+# the moto server scripts/e2e/test_trigger_moves.py runs inside the test process (it drives the job's states and lines)
+export E2E_MOTO_LIVE_PORT="$(free_port)"
 mkdir -p "$E2E_ARTIFACTS"
 
 cleanup() {
@@ -61,6 +65,8 @@ MOTO_PID=$!
 export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_DEFAULT_REGION=us-east-1
 export AIRFLOW_CONN_AWS_MOTO="{\"conn_type\": \"aws\", \"extra\": {\"endpoint_url\": \"http://127.0.0.1:$MOTO_PORT\", \"region_name\": \"us-east-1\"}}"
 export AIRFLOW_CONN_SMDIST_MOTO='{"conn_type": "smdist", "extra": {"backend": "sagemaker", "aws_conn_id": "aws_moto", "region_name": "us-east-1"}}'
+export AIRFLOW_CONN_AWS_MOTO_LIVE="{\"conn_type\": \"aws\", \"extra\": {\"endpoint_url\": \"http://127.0.0.1:$E2E_MOTO_LIVE_PORT\", \"region_name\": \"us-east-1\"}}"
+export AIRFLOW_CONN_SMDIST_MOTO_LIVE='{"conn_type": "smdist", "extra": {"backend": "sagemaker", "aws_conn_id": "aws_moto_live", "region_name": "us-east-1"}}'
 # fault drills: a dead triggerer's triggers move to a live one after this many seconds without a heartbeat
 export AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC=2
 export AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD=10
@@ -73,7 +79,8 @@ source "$AIRFLOW_LOCAL_DIR/env.sh"
 export AIRFLOW_LOCAL_SCRIPT="$REPO/scripts/airflow-local.sh"
 rc=0
 # in the background, so that a SIGTERM to this script runs cleanup at once rather than after the tests
-timeout 900 "$PY" -m pytest scripts/e2e/test_deployment.py scripts/e2e/test_browser.py -ra -q -p no:cacheprovider \
+timeout 900 "$PY" -m pytest scripts/e2e/test_deployment.py scripts/e2e/test_trigger_moves.py scripts/e2e/test_browser.py \
+  -ra -q -p no:cacheprovider \
   -o testpaths=scripts/e2e --timeout 900 "$@" &
 TESTS_PID=$!
 wait "$TESTS_PID" || rc=$?

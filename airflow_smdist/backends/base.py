@@ -7,6 +7,9 @@ to this protocol, so the same DAG runs on the ``local`` backend and on ``sagemak
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -101,13 +104,19 @@ class Capabilities:
     #: a blocking wait of several jobs reads their statuses and lines from the backend's status source in
     #: coalesced rounds (one List, one log read for all; see lifecycle.CoalescedRounds) instead of per job
     coalesced_waits: bool = False
+    #: a job's log is read the same from any machine (CloudWatch), so a trigger keeps its log cursor where every
+    #: triggerer reads it (its task instance's XCom) rather than in :meth:`Backend.log_cursor_store`'s file; the
+    #: local backend's jobs, and their logs, are on one machine, and its cursor file goes with the job
+    shared_log_cursor: bool = False
 
 
 #: each backend's capabilities by name, for the callers that hold a backend's name only (an XCom's link
 #: arguments, a plan made for a named backend): the adapters' own ``capabilities`` are these
 CAPABILITIES: dict[str, Capabilities] = {
-    "local": Capabilities(local_uris=True, iam_role=False, console="plugin", coalesced_waits=False),
-    "sagemaker": Capabilities(local_uris=False, iam_role=True, console="aws", coalesced_waits=True),
+    "local": Capabilities(local_uris=True, iam_role=False, console="plugin", coalesced_waits=False,
+                          shared_log_cursor=False),
+    "sagemaker": Capabilities(local_uris=False, iam_role=True, console="aws", coalesced_waits=True,
+                              shared_log_cursor=True),
 }
 
 
@@ -116,6 +125,51 @@ def capabilities(backend: Backend | str | None) -> Capabilities:
     if backend is None or isinstance(backend, str):
         return CAPABILITIES.get(backend or "", Capabilities())
     return backend.capabilities
+
+
+class LogCursorStore(Protocol):
+    """Where a trigger keeps a job's log cursor, so that a trigger rebuilt from its kwargs (a triggerer restart,
+    or the trigger moved to another triggerer) resumes it: no line twice, none lost. A record is
+    ``{"key": <the deferral's cursor_key>, "cursor": <the backend's JSON-serialisable cursor>}``. Both calls are
+    awaited in the triggerer's event loop and must not block it."""
+
+    async def load(self) -> dict[str, Any] | None:
+        """The record saved last (None: none, or unreadable)."""
+        ...
+
+    async def save(self, record: dict[str, Any]) -> None:
+        """Keep ``record`` in place of the one saved before. Raises OSError (or the store's error) on failure."""
+        ...
+
+
+class FileCursorStore:
+    """A log cursor in a small JSON file on this machine (the backend says where): what a trigger uses when it
+    has no task instance (built by hand) or on a backend whose cursor does not travel (the local backend)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"FileCursorStore({str(self.path)!r})"
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            saved = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return saved if isinstance(saved, dict) else None
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, self.path)
+
+    async def load(self) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.read)
+
+    async def save(self, record: dict[str, Any]) -> None:
+        await asyncio.to_thread(self.write, record)
 
 
 class LogReader(Protocol):
@@ -241,9 +295,10 @@ class Backend(Protocol):
         """The log cursor a wait starts from for a job created at ``created`` (epoch; None: unknown)."""
         ...
 
-    def log_cursor_path(self, kind: JobKind, name: str) -> Path:
-        """Where a trigger keeps the job's log cursor, so that a trigger rebuilt after a triggerer restart
-        resumes it."""
+    def log_cursor_store(self, kind: JobKind, name: str) -> LogCursorStore:
+        """The file where a trigger keeps the job's log cursor when the trigger has no task instance, or on a
+        backend without :attr:`Capabilities.shared_log_cursor` (a trigger with a task instance on a backend
+        with it keeps the cursor in the task instance's XCom: ``airflow_smdist.triggers.cursor``)."""
         ...
 
     def job_dir(self, kind: JobKind, name: str) -> Path | None:

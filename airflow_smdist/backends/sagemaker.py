@@ -19,6 +19,7 @@ from airflow_smdist.backends.base import (
     CAPABILITIES,
     TERMINAL_STATES,
     BackendError,
+    FileCursorStore,
     JobNotFound,
     LogEvent,
     ModelNotFound,
@@ -52,7 +53,7 @@ def _local_uri_errors(operation_name: str, request: dict[str, Any]) -> list[Spec
     """file:// values in URI fields (those whose model pattern takes a scheme), named like validate.py does."""
     found: list[SpecError] = []
 
-    def walk(shape, value, path):
+    def walk(shape: Any, value: Any, path: str) -> None:
         t = shape.type_name
         if t == "structure" and isinstance(value, dict):
             for key, v in value.items():
@@ -95,7 +96,7 @@ class SageMakerBackend:
         self.region_name = region_name
 
     # ---- clients -------------------------------------------------------------------------------------
-    def _client_from(self, hook):
+    def _client_from(self, hook: Any) -> Any:
         from botocore.config import Config
 
         # The hook's own ``config`` would replace the connection's config_kwargs wholesale; merging keeps
@@ -104,36 +105,37 @@ class SageMakerBackend:
         return hook.get_client_type(region_name=hook.region_name, config=config)
 
     @cached_property
-    def sagemaker_hook(self):
+    def sagemaker_hook(self) -> Any:
         from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook
 
-        return SageMakerHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        return SageMakerHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)  # type: ignore[no-untyped-call]
 
     @cached_property
-    def client(self):
+    def client(self) -> Any:
         """boto3 ``sagemaker`` client (lazy)."""
         return self._client_from(self.sagemaker_hook)
 
     @cached_property
-    def logs_client(self):
+    def logs_client(self) -> Any:
         """boto3 ``logs`` client (lazy), same connection."""
         from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook
 
         return self._client_from(AwsLogsHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name))
 
     @cached_property
-    def cloudwatch_client(self):
+    def cloudwatch_client(self) -> Any:
         """boto3 ``cloudwatch`` client (lazy), same connection: job metrics and instance metrics."""
         from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
         return self._client_from(AwsBaseHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
                                              client_type="cloudwatch"))
 
-    def _call(self, op: str, **kwargs) -> dict[str, Any]:
+    def _call(self, op: str, **kwargs: Any) -> dict[str, Any]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return getattr(self.client, snake_case(op))(**kwargs)
+            answer: dict[str, Any] = getattr(self.client, snake_case(op))(**kwargs)
+            return answer
         except ClientError as exc:
             code, message = _client_error_parts(exc)
             raise BackendError(message, code=code, operation=op) from exc
@@ -217,14 +219,16 @@ class SageMakerBackend:
         """A wait reads a job's CloudWatch lines from its creation on (see sagemaker_async.CloudWatchLogReader)."""
         return {"t": int(created * 1000), "seen": []} if created else None
 
-    def log_cursor_path(self, kind: str, name: str) -> Path:
-        """Under the local root (SageMaker keeps nothing of ours): per region, kind and job."""
+    def log_cursor_store(self, kind: str, name: str) -> FileCursorStore:
+        """A file under the local root (SageMaker keeps nothing of ours): per region, kind and job. Only for a
+        trigger without a task instance: one with it keeps the cursor in its XCom (``shared_log_cursor``), which
+        every triggerer reads."""
         import os
 
         from airflow_smdist.backends.local.store import default_root
 
         region = self.region_name or os.environ.get("AWS_DEFAULT_REGION") or "default"
-        return default_root() / "trigger-log-cursors" / "sagemaker" / region / kind / f"{name}.json"
+        return FileCursorStore(default_root() / "trigger-log-cursors" / "sagemaker" / region / kind / f"{name}.json")
 
     def job_dir(self, kind: str, name: str) -> Path | None:
         """None: a SageMaker job keeps no directory on this machine."""
@@ -245,7 +249,8 @@ class SageMakerBackend:
         from airflow.providers.amazon.aws.hooks.sts import StsHook
 
         region = self.region_name or "us-east-1"
-        account = StsHook(aws_conn_id=self.aws_conn_id, region_name=region).get_account_number()
+        sts = StsHook(aws_conn_id=self.aws_conn_id, region_name=region)  # type: ignore[no-untyped-call]
+        account = sts.get_account_number()
         return f"s3://sagemaker-{region}-{account}"
 
     def wait_for_change(self, kind: str, names: str | list[str], timeout: float) -> None:
@@ -287,11 +292,12 @@ class SageMakerBackend:
         events.sort(key=lambda e: (e[0], e[1]))
         return [e[2] for e in events], cursor
 
-    def _logs_call(self, op: str, **kwargs) -> dict[str, Any]:
+    def _logs_call(self, op: str, **kwargs: Any) -> dict[str, Any]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return getattr(self.logs_client, snake_case(op))(**kwargs)
+            answer: dict[str, Any] = getattr(self.logs_client, snake_case(op))(**kwargs)
+            return answer
         except ClientError as exc:
             code, message = _client_error_parts(exc)
             raise BackendError(message, code=code, operation=op) from exc
@@ -353,7 +359,7 @@ class SageMakerBackend:
             raise SpecErrors(local)
         validate_request("CreateModel", request, allow_local_uris=False)
         try:
-            return self._call("CreateModel", **request)["ModelArn"]
+            return str(self._call("CreateModel", **request)["ModelArn"])
         except BackendError as exc:  # "Cannot create already existing model ..."
             if exc.code == "ValidationException" and "already exist" in str(exc):
                 raise ResourceExists(str(exc), code=exc.code, operation="CreateModel") from exc

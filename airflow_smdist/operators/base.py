@@ -237,8 +237,9 @@ class SmdistJobOperator(BaseOperator):
                      as_of: float | None = None) -> Any:
         """The trigger to defer to. Given the job's ``description`` and when it was taken (``as_of``), the
         trigger starts from that status and makes no Describe of its own. ``cursor_key`` is new for every
-        deferral: a trigger rebuilt from its kwargs (triggerer restart) resumes the persisted log cursor, a
-        later deferral (a retry) prints the job's log afresh into its own task log."""
+        deferral: a trigger rebuilt from its kwargs (a triggerer restart, or moved to another triggerer) resumes
+        the kept log cursor (airflow_smdist.triggers.cursor), a later deferral (a retry) prints the job's log
+        afresh into its own task log."""
         import importlib
         import uuid
 
@@ -286,7 +287,9 @@ class SmdistJobOperator(BaseOperator):
         return self.check_and_result(self.describe_after_trigger(event))
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
-        """A deferred wait that timed out must not leave the job running (and billing): stop it first."""
+        """A deferred wait that timed out must not leave the job running (and billing): stop it first. Back from
+        the trigger, its log cursor's XCom goes (the task's XComs show its result only)."""
+        self.forget_log_cursor(context)
         if next_method == "__fail__" and self.stop_on_kill:
             try:
                 self.own(context)
@@ -297,6 +300,19 @@ class SmdistJobOperator(BaseOperator):
             except Exception as exc:  # noqa: BLE001 - the original failure is what the task reports
                 self.log.warning("could not stop the job after the deferral failed: %s", exc)
         return super().resume_execution(next_method, next_kwargs, context)
+
+    def forget_log_cursor(self, context: Any) -> None:
+        """Delete the XCom in which the trigger kept its log cursor (``airflow_smdist.triggers.cursor``): one call,
+        best effort (a new try starts without XComs anyway)."""
+        if not self.print_logs:
+            return
+        from airflow_smdist._compat import task_xcom_delete
+        from airflow_smdist.triggers.cursor import XCOM_KEY
+
+        try:
+            task_xcom_delete(context["ti"], XCOM_KEY)
+        except Exception as exc:  # noqa: BLE001 - a leftover cursor harms nothing
+            self.log.debug("could not delete the trigger's log cursor XCom: %s", exc)
 
     def lineage(self) -> tuple[list[str], list[str]]:
         """(inputs, outputs) for OpenLineage: from the last job's description (see airflow_smdist.lineage)."""

@@ -17,9 +17,10 @@ status source (on SageMaker one paged CloudWatch ``FilterLogEvents`` call per lo
 jobs: :mod:`airflow_smdist.backends.sagemaker_async`; locally the jobs' log files:
 :mod:`airflow_smdist.backends.local.status_source`). While every watched job is still provisioning (its
 secondary status says no container runs yet, on a backend whose jobs write no line before that), no round
-is made. Each trigger keeps its cursor in a small file (where the backend says: next to a local job; under the
-local root for SageMaker jobs) written after the lines were logged, so a trigger rebuilt after a triggerer
-restart resumes where the last one stopped: no line twice, none lost.
+is made. Each trigger keeps its cursor where a trigger rebuilt from its kwargs finds it (a triggerer restart, or
+the trigger moved to another triggerer): its task instance's XCom on SageMaker, a file next to a local job
+(:mod:`airflow_smdist.triggers.cursor`), saved after the lines were logged and before the trigger yields its
+event, so the rebuilt trigger resumes where the last one stopped: no line twice, none lost.
 
 The pollers speak to the backend's :class:`~airflow_smdist.backends.base.StatusSource` only; its clients are
 made on first use, never at import. Log lines go to the trigger's log, which Airflow shows in the task's log
@@ -31,18 +32,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
-import os
 import random
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_smdist.backends.base import Backend, LogEvent, LogReader, StatusSource
+from airflow_smdist.backends.base import Backend, LogCursorStore, LogEvent, LogReader, StatusSource
 from airflow_smdist.kinds import kind_info
 from airflow_smdist.lifecycle import (
     LIST_OVERLAP_SECONDS,
@@ -52,6 +50,7 @@ from airflow_smdist.lifecycle import (
     is_throttling,
 )
 from airflow_smdist.lifecycle import acall_with_backoff as with_backoff
+from airflow_smdist.triggers.cursor import CursorWriter, XComCursorStore
 
 # the backoff and the List margins live in lifecycle.py (the blocking waits use them too)
 __all__ = ["LIST_OVERLAP_SECONDS", "LIST_SETTLE_SECONDS", "THROTTLING_CODES", "is_throttling", "with_backoff"]
@@ -86,21 +85,22 @@ class CoalescedPoller:
         self.source = source
         self.kind = kind
         self.interval = interval
-        self.watchers: dict[str, list[asyncio.Queue]] = {}
-        self.known: dict[str, tuple] = {}
+        self.watchers: dict[str, list[asyncio.Queue[Any]]] = {}
+        #: (status, secondary status) of each watched job, as last seen
+        self.known: dict[str, tuple[str, str | None]] = {}
         #: jobs no List has covered yet: the time (this machine's clock) their status was seen
         self.as_of: dict[str, float] = {}
         #: jobs watched without a status: described once, in the next round
         self.unknown: set[str] = set()
         #: every change the service made before this time (its clock, epoch) has been read
         self.cursor: float | None = None
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
         #: called after each round (the log poller of the same jobs, which reads right after it)
         self.after_round: list[Callable[[], None]] = []
 
-    def watch(self, name: str, status: str | None = None, as_of: float | None = None) -> asyncio.Queue:
+    def watch(self, name: str, status: str | None = None, as_of: float | None = None) -> asyncio.Queue[Any]:
         """Watch job ``name``; ``status`` as seen at time ``as_of`` (epoch), if known, saves its first Describe."""
-        queue: asyncio.Queue = asyncio.Queue()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
         self.watchers.setdefault(name, []).append(queue)
         if name not in self.known:
             if status is not None and as_of is not None:
@@ -113,7 +113,7 @@ class CoalescedPoller:
             self.task = asyncio.get_running_loop().create_task(self._run())
         return queue
 
-    def unwatch(self, name: str, queue: asyncio.Queue) -> None:
+    def unwatch(self, name: str, queue: asyncio.Queue[Any]) -> None:
         queues = self.watchers.get(name, [])
         if queue in queues:
             queues.remove(queue)
@@ -198,14 +198,14 @@ class CoalescedLogPoller:
     only runs a round when the status poller made none for :data:`LEADER_LATE_SECONDS` (and two intervals).
     While no watched job's containers have started, no round is made (:meth:`nothing_to_read`)."""
 
-    def __init__(self, source, kind: str, interval: float) -> None:
+    def __init__(self, source: StatusSource, kind: str, interval: float) -> None:
         self.source = source
         self.kind = kind
         self.interval = interval
         self.watchers: dict[str, dict[str, Any]] = {}
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
         self.wake = asyncio.Event()
-        self.round_done: asyncio.Future | None = None
+        self.round_done: asyncio.Future[None] | None = None
         self.reader: LogReader = source.log_reader(kind)
         self.leader: CoalescedPoller | None = None
 
@@ -304,11 +304,16 @@ class CoalescedLogPoller:
 
 #: per event loop (weakly: a loop that is gone takes its pollers with it, and a new loop never meets a dead
 #: one's pollers, as it could when they were keyed by ``id(loop)``, which CPython reuses), by key
-_POLLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, Any]] = weakref.WeakKeyDictionary()
-_SOURCES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, Any]] = weakref.WeakKeyDictionary()
+_POLLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Any]] = (
+    weakref.WeakKeyDictionary())
+_SOURCES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], StatusSource]] = (
+    weakref.WeakKeyDictionary())
+
+_Poller = TypeVar("_Poller", "CoalescedPoller", "CoalescedLogPoller")
 
 
-def _shared(key: tuple, cls, kind: str, interval: float, make_source):
+def _shared(key: tuple[Any, ...], cls: type[_Poller], kind: str, interval: float,
+            make_source: Callable[[], StatusSource]) -> _Poller:
     loop = asyncio.get_running_loop()
     sources = _SOURCES.setdefault(loop, {})
     source = sources.get(key)
@@ -317,25 +322,21 @@ def _shared(key: tuple, cls, kind: str, interval: float, make_source):
     pollers = _POLLERS.setdefault(loop, {})
     poller_key = (cls.__name__, *key, kind, float(interval))
     poller = pollers.get(poller_key)
-    if poller is None:
+    if not isinstance(poller, cls):
         poller = pollers[poller_key] = cls(source, kind, interval)
     return poller
 
 
-def poller_for(key: tuple, kind: str, interval: float, make_source) -> CoalescedPoller:
+def poller_for(key: tuple[Any, ...], kind: str, interval: float,
+               make_source: Callable[[], StatusSource]) -> CoalescedPoller:
     """The one status poller of this event loop for (backend key, kind, interval)."""
     return _shared(key, CoalescedPoller, kind, interval, make_source)
 
 
-def log_poller_for(key: tuple, kind: str, interval: float, make_source) -> CoalescedLogPoller:
+def log_poller_for(key: tuple[Any, ...], kind: str, interval: float,
+                   make_source: Callable[[], StatusSource]) -> CoalescedLogPoller:
     """The one log poller of this event loop for (backend key, kind, interval)."""
     return _shared(key, CoalescedLogPoller, kind, interval, make_source)
-
-
-def cursor_path(backend: Backend, kind: str, name: str) -> Path:
-    """Where a trigger keeps a job's log cursor (the backend says: next to a local job; under the local root
-    for SageMaker)."""
-    return backend.log_cursor_path(kind, name)
 
 
 class SmdistJobTrigger(BaseTrigger):
@@ -343,10 +344,11 @@ class SmdistJobTrigger(BaseTrigger):
     ``{"status": "success"|"failed"|"stopped", "job_name", "job_status", "failure_reason"}``.
 
     ``job_status`` / ``as_of`` / ``created``: the job's status, when it was seen, and its creation time (epoch),
-    from the operator's Describe before deferring. ``cursor_key`` identifies this deferral: the persisted log
-    cursor is resumed only by a trigger rebuilt from the same kwargs (a triggerer restart), so a later try
-    prints the job's log afresh into its own task log. With ``secret_hyperparameters`` the trigger describes
-    the job once, to mask their values before it writes any log line."""
+    from the operator's Describe before deferring. ``cursor_key`` identifies this deferral: the kept log
+    cursor (:meth:`cursor_store`) is resumed only by a trigger rebuilt from the same kwargs (a triggerer restart,
+    or the trigger moved to another triggerer), so a later try prints the job's log afresh into its own task log.
+    With ``secret_hyperparameters`` the trigger describes the job once, to mask their values before it writes any
+    log line."""
 
     kind = "training"
 
@@ -355,7 +357,7 @@ class SmdistJobTrigger(BaseTrigger):
                  print_logs: bool = True, log_cursor: Any = None, kind: str | None = None,
                  secret_hyperparameters: list[str] | None = None, job_status: str | None = None,
                  as_of: float | None = None, created: float | None = None, cursor_key: str | None = None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger is not annotated
         #: names only (never values): the trigger masks their values from the job's description
         self.secret_hyperparameters = list(secret_hyperparameters or [])
         self.kind = kind or self.kind
@@ -371,7 +373,7 @@ class SmdistJobTrigger(BaseTrigger):
         self.as_of = as_of
         self.created = created
         self.cursor_key = cursor_key
-        self._resolved = None
+        self._resolved: Backend | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -381,7 +383,7 @@ class SmdistJobTrigger(BaseTrigger):
             "secret_hyperparameters": self.secret_hyperparameters, "job_status": self.job_status,
             "as_of": self.as_of, "created": self.created, "cursor_key": self.cursor_key})
 
-    async def _backend(self):
+    async def _backend(self) -> Backend:
         """The backend, resolved once per trigger (one connection lookup, in a thread: it may block)."""
         if self._resolved is None:
             from airflow_smdist.hooks.smdist import SmdistHook
@@ -412,55 +414,57 @@ class SmdistJobTrigger(BaseTrigger):
             for name in self.secret_hyperparameters:
                 mask_hyperparameter(hps.get(name))
 
-    # -- the log cursor, persisted so a rebuilt trigger resumes ------------------------------------------------
-    def _load_cursor(self, backend) -> Any:
-        try:
-            saved = json.loads(cursor_path(backend, self.kind, self.job_name).read_text())
-        except (OSError, ValueError):
-            saved = None
-        if isinstance(saved, dict) and self.cursor_key and saved.get("key") == self.cursor_key:
+    # -- the log cursor, kept so a rebuilt trigger resumes (airflow_smdist.triggers.cursor) ----------------------
+    def cursor_store(self, backend: Backend) -> LogCursorStore:
+        """Where this trigger keeps its log cursor: its task instance's XCom, which every triggerer reads, when it
+        has a task instance (Airflow sets it on a trigger it runs) and its backend's logs read the same from any
+        machine; else the backend's file."""
+        ti = getattr(self, "task_instance", None)
+        if ti is not None and backend.capabilities.shared_log_cursor:
+            return XComCursorStore(ti)
+        return backend.log_cursor_store(kind_info(self.kind).name, self.job_name)
+
+    async def _load_cursor(self, backend: Backend, store: LogCursorStore) -> Any:
+        """The cursor saved under this deferral's key (read once, when the trigger starts), else the one in the
+        kwargs, else where the backend starts a wait."""
+        saved = None
+        if self.cursor_key:
+            try:
+                saved = await store.load()
+            except Exception as exc:  # noqa: BLE001 - no cursor: lines repeat, none is lost
+                self.log.warning("could not read the log cursor from %r: %s", store, exc)
+        if isinstance(saved, dict) and saved.get("key") == self.cursor_key:
             return saved.get("cursor")
         if self.log_cursor is not None:
             return self.log_cursor
         return backend.first_log_cursor(self.created)
 
-    def _save_cursor(self, backend, cursor: Any) -> None:
-        if not self.cursor_key:
-            return
-        path = cursor_path(backend, self.kind, self.job_name)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"key": self.cursor_key, "cursor": cursor}))
-            os.replace(tmp, path)
-        except OSError as exc:
-            self.log.debug("could not save the log cursor of %s: %s", self.job_name, exc)
-
-    def _log_sink(self, backend):
+    def _log_sink(self, writer: CursorWriter) -> Callable[[list[LogEvent], Any], None]:
         def sink(events: list[LogEvent], cursor: Any) -> None:
             for e in events:
                 self.log.info("%s", e.format())
             self.log_cursor = cursor
-            if events:  # after the lines went to the log: a crash in between repeats them, never loses them
-                self._save_cursor(backend, cursor)
+            if events and self.cursor_key:  # after the lines went to the log: a crash in between repeats them
+                writer.put({"key": self.cursor_key, "cursor": cursor})
         return sink
 
     # -- the wait ---------------------------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[TriggerEvent]:
         backend = await self._backend()
         poller, log_poller = self._pollers(backend)
-        lifecycle = AsyncJobLifecycle(self.kind, self.job_name, log=self.log)
+        lifecycle = AsyncJobLifecycle(self.kind, self.job_name, log=self.log)  # type: ignore[arg-type]
         secrets = bool(self.secret_hyperparameters)  # their values come from one Describe, before any log line
         queue = poller.watch(self.job_name, None if secrets else self.job_status, self.as_of)
-        logging_started = False
+        writer: CursorWriter | None = None  # once the job's lines are followed
         # a job that had already ended when its status was taken ends the wait now: no List reports it again
         payload = (lifecycle.observe({kind_info(self.kind).status_key: self.job_status})
                    if self.job_status and not secrets else None)
         try:
             while True:
-                if self.print_logs and not logging_started and not secrets:
-                    log_poller.watch(self.job_name, self._load_cursor(backend), self._log_sink(backend))
-                    logging_started = True
+                if self.print_logs and writer is None and not secrets:
+                    store = self.cursor_store(backend)
+                    writer = CursorWriter(store, self.log)
+                    log_poller.watch(self.job_name, await self._load_cursor(backend, store), self._log_sink(writer))
                 if payload is None:
                     item = await queue.get()
                     if isinstance(item, Exception):
@@ -472,11 +476,15 @@ class SmdistJobTrigger(BaseTrigger):
                         payload = lifecycle.observe(item)
                 if payload is None:
                     continue
-                if logging_started and payload["job_status"] is not None:
-                    # the job's last lines, in a round shared with every job ending now
-                    await log_poller.flush(self.job_name)
-                yield TriggerEvent(payload)
+                if writer is not None:
+                    if payload["job_status"] is not None:
+                        # the job's last lines, in a round shared with every job ending now
+                        await log_poller.flush(self.job_name)
+                    await writer.flush()  # the cursor kept before the event: the task may resume at once
+                yield TriggerEvent(payload)  # type: ignore[no-untyped-call]
                 return
         finally:
             log_poller.unwatch(self.job_name)
             poller.unwatch(self.job_name, queue)
+            if writer is not None:  # cancelled (the triggerer stops, or the trigger moves): keep the last cursor
+                await writer.close()

@@ -36,6 +36,7 @@ from airflow_smdist.backends.base import (
     Backend,
     BackendError,
     Capabilities,
+    FileCursorStore,
     JobNotFound,
     LogEvent,
     ModelNotFound,
@@ -292,8 +293,8 @@ class StubBackend:
     def first_log_cursor(self, created: float | None) -> Any:
         return None
 
-    def log_cursor_path(self, kind: str, name: str) -> Path:
-        return self.root / kind / f"{name}.cursor.json"
+    def log_cursor_store(self, kind: str, name: str) -> FileCursorStore:
+        return FileCursorStore(self.root / kind / f"{name}.cursor.json")
 
     def job_dir(self, kind: str, name: str) -> Path | None:
         return None

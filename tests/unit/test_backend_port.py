@@ -34,7 +34,8 @@ def test_both_adapters_are_backends_with_their_capabilities(tmp_path):
     assert sagemaker.status_source_key() != SageMakerBackend("aws_default", "eu-west-1").status_source_key()
     assert local.job_dir("training", "j") is not None and sagemaker.job_dir("training", "j") is None
     assert local.first_log_cursor(1.5) is None and sagemaker.first_log_cursor(1.5) == {"t": 1500, "seen": []}
-    assert local.log_cursor_path("training", "j") == local.job_dir("training", "j") / "trigger-log-cursor.json"
+    assert local.log_cursor_store("training", "j").path == local.job_dir("training", "j") / "trigger-log-cursor.json"
+    assert sagemaker.capabilities.shared_log_cursor and not local.capabilities.shared_log_cursor
 
 
 def _name_switches(tree: ast.AST) -> list[int]:

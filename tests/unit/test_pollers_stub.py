@@ -337,7 +337,7 @@ def test_the_trigger_waits_through_a_throttling_storm_prints_the_jobs_lines_and_
     assert backoffs == [1, 2, 3] and source.describes == []
     assert capsys.readouterr().out.count("[algo-1] epoch 1") == 1  # the trigger's log (Airflow's structlog)
     # the cursor is kept where the backend says, for a trigger rebuilt after a triggerer restart
-    assert json.loads(backend.log_cursor_path(KIND, "job").read_text()) == {"key": "deferral-1", "cursor": 1}
+    assert json.loads(backend.log_cursor_store(KIND, "job").path.read_text()) == {"key": "deferral-1", "cursor": 1}
 
 
 def test_a_trigger_given_no_status_describes_its_job_and_ends_at_once_when_it_already_ended(tmp_path):

@@ -30,6 +30,7 @@ from airflow_smdist.backends.base import (
     CAPABILITIES,
     TERMINAL_STATES,
     BackendError,
+    FileCursorStore,
     JobNotFound,
     LogEvent,
     tuning_log_events,
@@ -403,9 +404,9 @@ class LocalBackend:
         """A job's log files are read from their start."""
         return None
 
-    def log_cursor_path(self, kind: str, name: str) -> Path:
-        """Next to the job (it goes with the job's directory)."""
-        return self.job_dir(kind, name) / "trigger-log-cursor.json"
+    def log_cursor_store(self, kind: str, name: str) -> FileCursorStore:
+        """A file next to the job (it goes with the job's directory)."""
+        return FileCursorStore(self.job_dir(kind, name) / "trigger-log-cursor.json")
 
     def storage(self) -> Storage:
         """S3 through this backend's endpoint (the connection's ``s3_endpoint_url``), and file:// locally."""
