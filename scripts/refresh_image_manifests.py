@@ -50,7 +50,7 @@ import tomllib
 import urllib.parse
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(REPO, "airflow_smdist", "backends", "local", "images")
+OUT = os.path.join(REPO, "airflow_smdist", "backends", "local", "job", "images")
 URLS = {"dlc": "https://github.com/aws/deep-learning-containers",
         "sklearn": "https://github.com/aws/sagemaker-scikit-learn-container",
         "xgboost": "https://github.com/aws/sagemaker-xgboost-container",
