@@ -7,7 +7,7 @@ After a training job ends, :func:`job_insight` gathers two kinds of time series,
   (namespace ``/aws/sagemaker/TrainingJobs``, dimension ``TrainingJobName``, as the SageMaker SDK's
   ``TrainingJobAnalytics`` reads them);
 * per-host **utilization**: locally CPU, memory and bytes read and written by each simulated host's
-  processes, sampled with psutil (:mod:`airflow_smdist.backends.local.sampler`); on SageMaker the
+  processes, sampled with psutil (:mod:`airflow_smdist.backends.local.job.sampler`); on SageMaker the
   instance metrics ``CPUUtilization``, ``MemoryUtilization``, ``DiskUtilization`` and ``GPUUtilization``
   (dimension ``Host`` = ``<job>/algo-N``).
 
@@ -67,7 +67,7 @@ def collect(backend: Any, description: dict[str, Any]) -> tuple[list[dict[str, A
 
 
 def _collect_local(backend: Any, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from airflow_smdist.backends.local.sampler import read_utilization
+    from airflow_smdist.backends.local.job.sampler import read_utilization
     from airflow_smdist.backends.local.store import read_jsonl
 
     job_dir: Path = backend.job_dir("training", name)

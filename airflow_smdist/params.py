@@ -71,7 +71,7 @@ def integer_param(default: int, description: str, **limits: Any) -> Param:
     return Param(default, type="integer", description=description, **limits)
 
 
-#: the environment variable the local backend reads for rehearsed spot interruptions (see backends/local/spot.py)
+#: the environment variable the local backend reads for rehearsed spot interruptions (see backends/local/job/spot.py)
 SPOT_INTERRUPTIONS_ENV = "SMDIST_LOCAL_SPOT_INTERRUPTIONS"
 
 

@@ -210,7 +210,7 @@ class Storage:
         """Upload an open file (from its current position to its end): a job supervisor uploads what it opened
         inside a host's directory (hostfs), never a path a job's link could redirect. With a journal, the
         temporary name (file://) or the multipart upload's id (s3://) is recorded before anything is written,
-        so :mod:`~airflow_smdist.backends.local.litter` removes what a killed supervisor left."""
+        so :mod:`~airflow_smdist.backends.local.job.litter` removes what a killed supervisor left."""
         scheme, bucket, key = parse_uri(uri)
         entry = self.journal.begin(uri) if self.journal is not None else None
         try:
@@ -232,7 +232,7 @@ class Storage:
         """boto3's managed upload (s3transfer: one PutObject, or a multipart upload from 8 MB on, its parts in
         threads, aborted by s3transfer itself when a part fails); the multipart upload's id goes into the
         journal as S3 answers CreateMultipartUpload (a botocore event), before any part is sent, so a supervisor
-        killed meanwhile leaves an id that :mod:`~airflow_smdist.backends.local.litter` aborts."""
+        killed meanwhile leaves an id that :mod:`~airflow_smdist.backends.local.job.litter` aborts."""
         journal = self.journal
         assert journal is not None
 

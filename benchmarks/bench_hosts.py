@@ -31,7 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_smdist.backends.local import LocalBackend, hostnet, launcher, mpi
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import hostnet, launcher, mpi
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.training import build_training
 

@@ -115,7 +115,7 @@ def main() -> None:
     rows = int(sys.argv[2]) if len(sys.argv) > 2 else 200_000
     hosts = int(sys.argv[3]) if len(sys.argv) > 3 else 2
     from airflow_smdist.backends.local import LocalBackend
-    from airflow_smdist.backends.local.processing import spark_home
+    from airflow_smdist.backends.local.job.processing import spark_home
     from airflow_smdist.specs.processing import build_pyspark_processing, upload_plan
 
     work = tempfile.mkdtemp(prefix="smdist-bench-spark-")

@@ -107,7 +107,7 @@ def main() -> None:
     os.environ.setdefault("SMDIST_LOCAL_RUNTIME", "worker")  # an own image: run in this interpreter
 
     from airflow_smdist.backends.local import LocalBackend
-    from airflow_smdist.backends.local.transform import create_model
+    from airflow_smdist.backends.local.job.transform import create_model
     from airflow_smdist.specs.transform import build_model
 
     with tempfile.TemporaryDirectory(prefix="smdist-bench-") as root:

@@ -1,4 +1,4 @@
-"""Regenerate the image manifests: ``airflow_smdist/backends/local/images/<family>.json``.
+"""Regenerate the image manifests: ``airflow_smdist/backends/local/job/images/<family>.json``.
 
 What they are: one file per SageMaker image family (scikit-learn, XGBoost, Spark processing, PyTorch training
 and inference, TensorFlow training and inference, Hugging Face PyTorch training and inference). Each names
@@ -8,7 +8,7 @@ Python packages (PyPI names) that the image's published build files install, wit
 the day), and ``left_out``: what the image has that a local runtime cannot (a CUDA-only build, a package not on
 PyPI, a server binary, a conda-only library), each with why and what stands in. ``source`` at the top says
 which repository and commit each was read from, and every version lists the files read.
-``backends/local/runtimes.py`` builds a job's runtime from them.
+``backends/local/job/runtimes.py`` builds a job's runtime from them.
 
 Where they are read from (``fetch`` the repositories, or clone them, and give their git directories)::
 
@@ -50,7 +50,7 @@ import tomllib
 import urllib.parse
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(REPO, "airflow_smdist", "backends", "local", "images")
+OUT = os.path.join(REPO, "airflow_smdist", "backends", "local", "job", "images")
 URLS = {"dlc": "https://github.com/aws/deep-learning-containers",
         "sklearn": "https://github.com/aws/sagemaker-scikit-learn-container",
         "xgboost": "https://github.com/aws/sagemaker-xgboost-container",

@@ -12,7 +12,7 @@ fi
 # tests' oracle (oracle: sagemaker-core needs importlib-metadata<7, which Airflow 3 on Python >= 3.12 cannot have).
 # SMDIST_EXTRAS overrides the extras (scripts/test-py.sh: "local,test" on 3.12 and 3.13).
 .venv/bin/python -m pip install --quiet -e ".[${SMDIST_EXTRAS:-local,test,torch-examples,oracle}]"
-# nftables' nft gives namespaced simulated hosts NAT to the worker's network (backends/local/hostnet.py); as
+# nftables' nft gives namespaced simulated hosts NAT to the worker's network (backends/local/job/hostnet.py); as
 # root (CI) it is installed here, elsewhere hosts reach only the worker's loopback endpoints, and jobs say so
 if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q nftables >/tmp/smdist-apt-nftables.log 2>&1 \

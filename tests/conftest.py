@@ -12,7 +12,7 @@ os.environ.setdefault("SMDIST_LOCAL_ROOT", os.path.join(_ROOT, "jobs"))
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
 os.environ["SMDIST_LOCAL_STOP_GRACE"] = "5"
-# Local runtimes (backends/local/runtimes.py) are shared by the whole session, whatever root a test uses, so
+# Local runtimes (backends/local/job/runtimes.py) are shared by the whole session, whatever root a test uses, so
 # the suite builds each image's runtime once (uv's own cache makes that fast after the first run). Tests run
 # jobs in the worker's interpreter unless they are about images (test_local_runtimes.py, the example DAGs),
 # which set SMDIST_LOCAL_RUNTIME=image, the default outside tests.

@@ -7,7 +7,7 @@ Connection extra (all optional)::
      "local_retention": "30d", "local_spot_interruptions": "3,3", "local_instance_failures": ""}
 
 ``local_spot_interruptions`` and ``local_instance_failures`` rehearse interruptions on the local backend (see
-:mod:`airflow_smdist.backends.local.spot`; before ``SMDIST_LOCAL_SPOT_INTERRUPTIONS`` and
+:mod:`airflow_smdist.backends.local.job.spot`; before ``SMDIST_LOCAL_SPOT_INTERRUPTIONS`` and
 ``SMDIST_LOCAL_INSTANCE_FAILURES``); the sagemaker backend never reads them.
 
 The backend is chosen by the operator's ``backend=`` argument, else this connection's ``backend`` extra,

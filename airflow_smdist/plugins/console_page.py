@@ -124,7 +124,7 @@ def outputs_of(d: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _samples(backend: Any, kind: str, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from airflow_smdist.backends.local.sampler import read_utilization
+    from airflow_smdist.backends.local.job.sampler import read_utilization
     from airflow_smdist.backends.local.store import read_jsonl
 
     job_dir = backend.job_dir(kind, name)

@@ -154,7 +154,7 @@ def test_example_dags_parse_without_errors():
 def _cpu_torch_here() -> bool:
     """Whether a PyTorch image's local runtime gets a CPU torch cheaply on this Python (the CPU wheel on this
     machine's disk is built for 3.11; elsewhere PyPI serves a multi-GB CUDA build)."""
-    from airflow_smdist.backends.local.runtimes import local_torch_version
+    from airflow_smdist.backends.local.job.runtimes import local_torch_version
 
     return local_torch_version() is not None
 

@@ -70,7 +70,7 @@ def test_failure_reason_quotes_the_failing_ranks_traceback_through_other_ranks_l
 
 def test_the_shared_network_hint_keeps_the_exception_line_of_a_long_reason():
     """The fallback's hint (hosts share one network stack) fits in 1,024 characters with the reason's end."""
-    from airflow_smdist.backends.local.supervisor import SHARED_NETWORK_HINT, fit_failure_reason, with_network_hint
+    from airflow_smdist.backends.local.job.supervisor import SHARED_NETWORK_HINT, fit_failure_reason, with_network_hint
 
     exception = "OSError: [Errno 98] Address already in use"
     frames = "\n".join(f'  File "train.py", line {i}, in layer_{i}\n    serve()' for i in range(60))

@@ -1,4 +1,4 @@
-"""The image manifests (backends/local/images/*.json): well-formed, and per image family a runtime built from
+"""The image manifests (backends/local/job/images/*.json): well-formed, and per image family a runtime built from
 its manifest imports every top-level module of every package the manifest names (left out excepted).
 
 The scikit-learn and XGBoost runtimes build in the default suite; the PyTorch, TensorFlow and Hugging Face ones
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from airflow_smdist.backends.local import runtimes
+from airflow_smdist.backends.local.job import runtimes
 
 E = "763104351884.dkr.ecr.us-east-1.amazonaws.com/"
 #: family -> an image of a version its manifest lists (the versions the project's tests and DAGs use)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from jobs import wait
 
-from airflow_smdist.backends.local import LocalBackend, launcher
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import launcher
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.processing import build_processing, upload_plan
 from airflow_smdist.specs.training import build_training
@@ -242,7 +243,7 @@ def transform_fn(model, body, content_type, accept):
 
 
 def test_transform_outputs_linked_to_a_worker_directory_are_not_uploaded(tmp_path, monkeypatch):
-    from airflow_smdist.backends.local import transform as local_transform
+    from airflow_smdist.backends.local.job import transform as local_transform
     from airflow_smdist.specs.transform import build_model, build_transform
 
     marker = f"smdist-secret-{uuid.uuid4().hex}"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_smdist.backends.local import LocalBackend, diskspace, runtimes
+from airflow_smdist.backends.local import LocalBackend, diskspace
+from airflow_smdist.backends.local.job import runtimes
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.training import build_training
 

@@ -19,7 +19,8 @@ import uuid
 import psutil
 import pytest
 
-from airflow_smdist.backends.local import LocalBackend, hostnet, launcher
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import hostnet, launcher
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.training import build_training
 
@@ -418,7 +419,7 @@ def test_an_exception_in_rank_3_fails_the_job_with_its_traceback_and_ends_every_
 
 
 def test_mpi_job_is_refused_before_it_starts_where_mpi_cannot_be_had(backend, tmp_path, data, monkeypatch):
-    from airflow_smdist.backends.local import mpi
+    from airflow_smdist.backends.local.job import mpi
     from airflow_smdist.specs.errors import SpecError
 
     monkeypatch.setattr(mpi, "mpirun_path", lambda bin_dir=None: None)

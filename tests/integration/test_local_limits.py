@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_smdist.backends.local import LocalBackend
-from airflow_smdist.backends.local import transform as local_transform
+from airflow_smdist.backends.local.job import transform as local_transform
 from airflow_smdist.operators.transform import SageMakerShardedBatchInferenceOperator
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.training import build_training

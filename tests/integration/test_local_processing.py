@@ -19,7 +19,8 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_smdist.backends.base import BackendError, JobNotFound
-from airflow_smdist.backends.local import LocalBackend, launcher
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import launcher
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.processing import build_processing, build_pyspark_processing, upload_plan
 from airflow_smdist.specs.validate import service_model

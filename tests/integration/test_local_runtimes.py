@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_smdist.backends.local import LocalBackend
-from airflow_smdist.backends.local import runtimes as runtimes_mod
+from airflow_smdist.backends.local.job import runtimes as runtimes_mod
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.training import build_training
@@ -141,7 +141,7 @@ def test_own_image_with_declared_requirements_runs_in_them(backend, tmp_path):
     assert d["TrainingJobStatus"] == "Completed", (d.get("FailureReason"), lines[-20:])
     assert next(m for m in lines if m.startswith("sklearn=")).startswith("sklearn=1.2.1 ")
     # a bare name resolves as pip resolves it, to the newest (not the lowest): what uv compiles here
-    from airflow_smdist.backends.local import runtimes
+    from airflow_smdist.backends.local.job import runtimes
 
     compiled = subprocess.run([runtimes.uv_binary(), "pip", "compile", "-", "--quiet", "--no-header",
                                "--only-binary", ":all:", *runtimes.uv_source_args()], input="six\n",
@@ -176,7 +176,7 @@ def test_two_jobs_building_one_runtime_at_once_build_it_once(tmp_path):
     """Two processes resolve the same (new) runtime at the same moment: one builds, the other waits and
     reuses it; the cache holds one complete runtime and no leftovers."""
     cache = tmp_path / "cache"
-    code = ("import json, sys; from airflow_smdist.backends.local import runtimes as r; "
+    code = ("import json, sys; from airflow_smdist.backends.local.job import runtimes as r; "
             "rt = r.resolve(sys.argv[1], local_root='unused', environment={'SMDIST_LOCAL_REQUIREMENTS': "
             "'tabulate==0.9.0'}, log=lambda m: print(m, flush=True)); print('PY=' + rt.python)")
     env = dict(os.environ, SMDIST_RUNTIME_CACHE=str(cache), SMDIST_LOCAL_RUNTIME="image", PYTHONPATH=REPO)
@@ -201,7 +201,7 @@ def test_two_jobs_building_one_runtime_at_once_build_it_once(tmp_path):
 def test_framework_processor_requirements_install_into_the_job_layer(tmp_path, monkeypatch):
     """FrameworkProcessor's runproc.sh runs ``python -m pip install -r requirements.txt`` from PATH: in a job
     runtime that is the job's pip, which installs into the job's layer (the shared runtime stays as built)."""
-    from airflow_smdist.backends.local import launcher
+    from airflow_smdist.backends.local.job import launcher
     from airflow_smdist.operators.processing import SmdistProcessingOperator
 
     if launcher.namespace_prefix() is None:
@@ -264,7 +264,7 @@ def test_transform_runs_the_inference_code_in_the_models_image_runtime(backend, 
     import io
     import tarfile
 
-    from airflow_smdist.backends.local import transform as local_transform
+    from airflow_smdist.backends.local.job import transform as local_transform
     from airflow_smdist.specs.transform import build_model, build_transform
 
     archive = tmp_path / "model.tar.gz"
@@ -437,7 +437,7 @@ def test_mpi_job_whose_runtime_has_no_mpi_is_refused_at_submit(backend, tmp_path
 
 
 def test_mpi_check_asks_a_declared_interpreter_itself():
-    from airflow_smdist.backends.local import runtimes
+    from airflow_smdist.backends.local.job import runtimes
 
     with_mpi = runtimes.image_spec(OWN_IMAGE, environment={"SMDIST_LOCAL_PYTHON": sys.executable})
     assert runtimes.mpi_missing(with_mpi) is None  # the worker's env has the [local] extra's wheels

@@ -11,7 +11,8 @@ import uuid
 import pytest
 
 from airflow_smdist.backends.base import BackendError, JobNotFound
-from airflow_smdist.backends.local import LocalBackend, launcher
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import launcher
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.training import build_training

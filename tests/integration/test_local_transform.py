@@ -22,9 +22,10 @@ import pytest
 
 from airflow_smdist._compat import AirflowException
 from airflow_smdist.backends.base import BackendError
-from airflow_smdist.backends.local import LocalBackend, launcher
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import launcher
 from airflow_smdist.runtime import batch_runner as inference
-from airflow_smdist.backends.local import transform as local_transform
+from airflow_smdist.backends.local.job import transform as local_transform
 from airflow_smdist.backends.local.store import pid_alive
 from airflow_smdist.operators.transform import (
     SageMakerBatchInferenceMergeOperator,

@@ -17,8 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_smdist.backends.local import LocalBackend, launcher
-from airflow_smdist.backends.local.tuning import list_training_jobs_for_tuning_job
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import launcher
+from airflow_smdist.backends.local.job.tuning import list_training_jobs_for_tuning_job
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.tuning import build_tuning
@@ -128,7 +129,7 @@ def test_scaling_types_map_onto_optuna_as_sagemaker_defines_them():
 
     import optuna
 
-    from airflow_smdist.backends.local.tuning import Space
+    from airflow_smdist.backends.local.job.tuning import Space
 
     space = Space({"ContinuousParameterRanges": [
         {"Name": "lin", "MinValue": "0", "MaxValue": "1", "ScalingType": "Linear"},

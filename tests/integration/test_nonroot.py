@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil  # noqa: F401 - imported before the forks: a child that is no longer root may not read the venv
 import pytest
 
-from airflow_smdist.backends.local import supervisor
-from airflow_smdist.backends.local.supervisor import PortTableError, free_port, release_ports
+from airflow_smdist.backends.local.job import supervisor
+from airflow_smdist.backends.local.job.supervisor import PortTableError, free_port, release_ports
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching to other uids needs root")
 
@@ -178,7 +178,7 @@ def test_the_mpi_agent_server_of_a_non_root_worker_starts_after_a_root_worker_ra
     """A root worker's MPI job leaves /run/smdist (root's, 0700); a non-root worker's MPI job then starts its
     agent server (Open MPI's rsh agent talks to it) on a socket of its own in the temp directory, where the
     fallback's hosts see it, instead of failing to bind in root's directory."""
-    from airflow_smdist.backends.local import mpi
+    from airflow_smdist.backends.local.job import mpi
 
     os.makedirs("/run/smdist", mode=0o700, exist_ok=True)  # as any root run of a job leaves it
 

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_smdist.backends.local import launcher
+from airflow_smdist.backends.local.job import launcher
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(HERE), "fixtures", "sagemaker_examples")

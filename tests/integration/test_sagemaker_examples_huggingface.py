@@ -25,8 +25,9 @@ import uuid
 
 import pytest
 
-from airflow_smdist.backends.local import LocalBackend, launcher, runtimes
-from airflow_smdist.backends.local import transform as local_transform
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import launcher, runtimes
+from airflow_smdist.backends.local.job import transform as local_transform
 from airflow_smdist.specs.transform import build_model, build_transform
 from jobs import wait
 

@@ -18,7 +18,8 @@ import uuid
 
 import pytest
 
-from airflow_smdist.backends.local import LocalBackend, launcher
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import launcher
 from airflow_smdist.specs.processing import build_pyspark_processing, upload_plan
 from airflow_smdist.storage import Storage
 from jobs import wait

@@ -28,8 +28,9 @@ import uuid
 
 import pytest
 
-from airflow_smdist.backends.local import LocalBackend, launcher
-from airflow_smdist.backends.local import transform as local_transform
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import launcher
+from airflow_smdist.backends.local.job import transform as local_transform
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.training import build_training
 from airflow_smdist.specs.transform import build_model, build_transform

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_smdist._compat import AirflowException
-from airflow_smdist.backends.local import LocalBackend, launcher, mpi
+from airflow_smdist.backends.local import LocalBackend
+from airflow_smdist.backends.local.job import launcher, mpi
 from airflow_smdist.decorators.processing import SmdistProcessingDecoratedOperator
 from airflow_smdist.decorators.results import SmdistFunctionError, SmdistNoResult
 from airflow_smdist.decorators.smdist import SmdistTrainingDecoratedOperator

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from airflow_smdist.backends.local import LocalBackend
-from airflow_smdist.backends.local.runtimes import file_lock, uv_binary, uv_source_args
+from airflow_smdist.backends.local.job.runtimes import file_lock, uv_binary, uv_source_args
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.training import build_training
 

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from airflow_smdist.backends.local import runtimes
+from airflow_smdist.backends.local.job import runtimes
 
 SKLEARN_IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"
 #: see tests/unit/test_pip_tls_config.py

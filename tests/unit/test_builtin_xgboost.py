@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from airflow_smdist.backends.local.inhost import builtin_xgboost as bx
-from airflow_smdist.backends.local import training
+from airflow_smdist.backends.local.job import training
 from airflow_smdist.specs.builtin_algorithms import metric_definitions
 from airflow_smdist.specs.errors import SpecError
 

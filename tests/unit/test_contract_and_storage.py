@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from airflow_smdist.backends.local import contract
-from airflow_smdist.backends.local.supervisor import shard
+from airflow_smdist.backends.local.job import contract
+from airflow_smdist.backends.local.job.supervisor import shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import Storage, StoredObject, relative_key, safe_join
 from airflow_smdist import wire
@@ -103,7 +103,7 @@ def test_model_parallel_flag_reads_the_containers_environment_as_the_toolkit_doe
 
 
 def test_python_entry_point_runs_after_the_end_of_options_marker_but_not_under_mpi4py():
-    from airflow_smdist.backends.local import mpi
+    from airflow_smdist.backends.local.job import mpi
 
     cmd = contract.entry_command("train.py", ["--lr", "0.1"], "/nowhere", python="py")
     assert cmd == ["py", "--", "train.py", "--lr", "0.1"]  # TTK 5.1's ProcessRunner

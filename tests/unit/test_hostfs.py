@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from airflow_smdist.backends.local import hostfs
+from airflow_smdist.backends.local.job import hostfs
 
 
 @pytest.fixture(params=["openat2", "walk"])

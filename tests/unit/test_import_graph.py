@@ -238,3 +238,83 @@ def test_the_hosts_init_and_the_mpi_agent_import_the_standard_library_only(modul
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
     outside = sorted(n for n in names if n.split(".")[0] not in sys.stdlib_module_names and n != "__future__")
     assert not outside, f"{module}.py imports {outside}"
+
+
+LOCAL = "airflow_smdist.backends.local"
+JOB = f"{LOCAL}.job"
+#: what the task side and the job supervisor share: the job directory's files, and the disk's reserve
+SHARED = {f"{LOCAL}.store", f"{LOCAL}.diskspace"}
+#: the task package's own names a supervisor may use (the Describe* shapes its kind module answers)
+SHARED_HELPERS = {"ACCOUNT", "dt", "last_modified", "transitions_of"}
+#: where a supervisor really uses the backend, inside a call: the tuning supervisor submits its trials as training
+#: jobs; the litter pass asks whether another job's supervisor still lives (LocalBackend._supervisor_pid)
+USES_OF_THE_BACKEND = {(f"{JOB}.tuning", "LocalBackend", "in a function"),
+                       (f"{JOB}.litter", "LocalBackend", "in a function")}
+
+
+def _task_side(modules) -> list[str]:
+    """The local backend's task-side modules: its package root, less the supervisor's and the host's rooms."""
+    return [m for m in modules if (m == LOCAL or m.startswith(LOCAL + "."))
+            and not m.startswith((JOB, INHOST)) and m not in SHARED]
+
+
+def test_the_local_backend_has_three_rooms():
+    top, _inner = import_graph()
+    job = [m for m in top if m.startswith(JOB + ".")]
+    assert {f"{JOB}.supervisor", f"{JOB}.training", f"{JOB}.tuning", f"{JOB}.launcher", f"{JOB}.runtimes"} <= set(job)
+    assert {f"{LOCAL}.status_source", f"{LOCAL}.notify", f"{LOCAL}.retention", LOCAL} <= set(_task_side(top))
+    from airflow_smdist.kinds import KINDS
+
+    # each kind's supervisor (``python -m <local_module>``) is in the supervisor's room
+    assert all(info.local_module.startswith(JOB + ".") for info in KINDS.values())
+    assert (ROOT / "backends" / "local" / "job" / "images" / "xgboost.json").is_file()
+
+
+def test_the_task_side_imports_the_supervisor_room_only_inside_a_call():
+    """At module level, the task side (and what it shares with the supervisor) imports nothing of job/ or
+    inhost/: the Airflow worker, triggerer and web server load neither to import the backend."""
+    top, _inner = import_graph()
+    wrong = sorted({f"{m} -> {t}" for m in _task_side(top) + sorted(SHARED) for t in top[m]
+                    if t.startswith((JOB, INHOST))})
+    assert not wrong, wrong
+
+
+def test_importing_the_task_side_loads_no_supervisor_module():
+    """The same, as a fresh interpreter sees it: the provider's modules that a DAG file, the triggerer and the
+    CLI import load no module of the supervisor's or the host's room."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import airflow_smdist.backends.local, airflow_smdist.backends.local.status_source\n"
+            "import airflow_smdist.backends.local.retention, airflow_smdist.backends.factory\n"
+            "import airflow_smdist.operators.training, airflow_smdist.operators.tuning\n"
+            "import airflow_smdist.triggers.base, airflow_smdist.insight\n"
+            f"print('LOADED', sorted(m for m in sys.modules if m.startswith(({JOB!r}, {INHOST!r}))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT.parent).stdout
+    assert out.splitlines()[-1] == "LOADED []", out
+
+
+def test_the_supervisor_imports_of_the_task_side_only_shared_helpers():
+    """job/ imports the task side's package for the shared Describe* helpers and the shared modules; LocalBackend
+    itself only where a supervisor really uses it (:data:`USES_OF_THE_BACKEND`), inside a call."""
+    modules = _modules()
+    wrong = []
+    for name, path in modules.items():
+        if not name.startswith(JOB + "."):
+            continue
+        top, inner = _imports(ast.parse(path.read_text(), str(path)), name, path.name == "__init__.py")
+        for level, targets in (("module level", top), ("in a function", inner)):
+            for t in sorted(targets):
+                if not t.startswith(LOCAL + ".") or t.startswith((JOB + ".", INHOST)) or t == JOB:
+                    continue
+                below = t[len(LOCAL) + 1:].split(".")[0]
+                if f"{LOCAL}.{below}" in SHARED:
+                    continue
+                if below in SHARED_HELPERS and f"{LOCAL}.{below}" not in modules:
+                    continue
+                if (name, t[len(LOCAL) + 1:], level) in USES_OF_THE_BACKEND:
+                    continue
+                wrong.append(f"{name} -> {t} ({level})")
+    assert not wrong, wrong

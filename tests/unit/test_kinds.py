@@ -58,7 +58,7 @@ def test_a_kind_with_only_the_required_facts_gets_a_result_no_lineage_and_the_ge
     from airflow_smdist.sensors.base import SmdistJobSensor
 
     bare = JobKindInfo(name="training", noun="TrainingJob", log_group="/aws/sagemaker/TrainingJobs",
-                       arn_resource="training-job", local_module="airflow_smdist.backends.local.training",
+                       arn_resource="training-job", local_module="airflow_smdist.backends.local.job.training",
                        operator="airflow_smdist.operators.training")
     description = {"TrainingJobName": "j", "TrainingJobArn": "arn:x", "TrainingJobStatus": "Failed",
                    "FailureReason": "AlgorithmError: boom", "InputDataConfig": []}

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from airflow_smdist.backends.local import litter
+from airflow_smdist.backends.local.job import litter
 from airflow_smdist.storage import Storage, UploadJournal
 
 

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from airflow_smdist.backends.local.processing import ProcessingSupervisor
+from airflow_smdist.backends.local.job.processing import ProcessingSupervisor
 
 
 def test_an_entry_without_a_classification_configures_nothing(tmp_path):

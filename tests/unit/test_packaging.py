@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -67,12 +68,20 @@ def test_mwaa_plugins_zip_carries_a_pure_python_wheel(tmp_path):
     with zipfile.ZipFile(tmp_path / provider[0]) as wheel:
         members = wheel.namelist()
         assert "airflow_smdist/runtime/__init__.py" in members
-        # what runs by path inside a job's hosts (backends/local/runtimes.py PLATFORM_FILES, launcher, mpi)
+        # what runs by path inside a job's hosts (backends/local/job/runtimes.py PLATFORM_FILES, launcher, mpi)
         in_host = ["airflow_smdist/runtime/batch_runner.py",
                    *(f"airflow_smdist/backends/local/inhost/{m}.py"
                      for m in ("hostinit", "mpiagent", "mpishim", "builtin_xgboost")),
                    "airflow_smdist/backends/local/inhost/xgbcontainer/sagemaker_xgboost_container/distributed.py"]
         assert not [m for m in in_host if m not in members], [m for m in in_host if m not in members]
+        # every module and data file of the local backend's three rooms (the task side, job/ with its image
+        # manifests, inhost/), as the checkout has them
+        local = Path(REPO) / "airflow_smdist" / "backends" / "local"
+        ours = sorted(str(f.relative_to(REPO)) for f in local.rglob("*") if f.suffix in (".py", ".json")
+                      and "__pycache__" not in f.parts)
+        assert "airflow_smdist/backends/local/job/images/xgboost.json" in ours
+        assert "airflow_smdist/backends/local/job/training.py" in ours
+        assert not [m for m in ours if m not in members], [m for m in ours if m not in members]
         # the image URI tables ship inside the wheel as data: no lookup needs the SageMaker SDK
         assert any(m.startswith("airflow_smdist/specs/image_tables/") and m.endswith(".json") for m in members)
         requires = wheel.read(next(m for m in members if m.endswith("METADATA"))).decode()

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from airflow_smdist.backends.local import runtimes
-from airflow_smdist.backends.local.runtimes import _clean_env, _pip_config, tls_env, tls_error, tls_failure
+from airflow_smdist.backends.local.job import runtimes
+from airflow_smdist.backends.local.job.runtimes import _clean_env, _pip_config, tls_env, tls_error, tls_failure
 
 #: what the machine (here: a TLS-intercepting proxy's CA everywhere) or the user may have set
 TLS_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "SSL_CLIENT_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",

@@ -377,7 +377,7 @@ def test_upload_plan_writes_what_the_request_names(tmp_path):
 # ---- import cost ------------------------------------------------------------------------------------------------
 def test_builders_and_the_example_dag_import_nothing_heavy():
     code = ("import runpy, sys, json; import airflow_smdist.specs.processing, airflow_smdist.operators.processing, "
-            "airflow_smdist.sensors.processing, airflow_smdist.backends.local.processing; "
+            "airflow_smdist.sensors.processing, airflow_smdist.backends.local.job.processing; "
             f"runpy.run_path({os.path.join(REPO, 'dags', 'example_pyspark_pipeline.py')!r}); "
             "print(json.dumps([m for m in ('pyspark', 'sagemaker', 'torch', 'sklearn') if m in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

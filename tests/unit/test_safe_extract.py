@@ -129,6 +129,6 @@ def test_every_archive_a_job_receives_goes_through_safe_extract():
     source = (REPO / "airflow_smdist/runtime/batch_runner.py").read_text()
     body = source[source.index("def safe_extract("):source.index("def _checked_members(")]
     assert body.count(".extractall(") == 2
-    training = (REPO / "airflow_smdist/backends/local/training.py").read_text()
+    training = (REPO / "airflow_smdist/backends/local/job/training.py").read_text()
     assert "safe_extract(source," in training
     assert inference.extract_model.__code__.co_names.count("safe_extract") == 1

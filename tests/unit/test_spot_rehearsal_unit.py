@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from airflow_smdist import insight
-from airflow_smdist.backends.local import spot
+from airflow_smdist.backends.local.job import spot
 
 
 def test_settings_parse_into_seconds():

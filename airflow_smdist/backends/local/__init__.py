@@ -2,14 +2,20 @@
 
 One generic mechanism for every job kind: ``submit`` validates the request against botocore's model and
 against what the kind's module can run here, makes the job's directory (see :mod:`.store`), and starts the
-kind's supervisor detached (``python -m airflow_smdist.backends.local.<kind> <job dir>``). ``describe``
+kind's supervisor detached (``python -m airflow_smdist.backends.local.job.<kind> <job dir>``). ``describe``
 answers from the job's request and state files in SageMaker's Describe* shape; ``stop`` asks the
 supervisor to stop; ``log_events`` reads every host's log stream.
 
-A job kind is a module of this package that satisfies :class:`LocalJobKind` (``OPERATION``, the Create*
+A job kind is a module of :mod:`.job` that satisfies :class:`LocalJobKind` (``OPERATION``, the Create*
 name; ``check_request(request)``, raising SpecError for what cannot run locally; ``describe(backend, request,
 state)``; and the supervisor's ``main(argv)``). The job-kind registry (:mod:`airflow_smdist.kinds`,
 ``local_module``) names the module of each kind.
+
+This package's root is the task side: what runs in the Airflow task, the triggerer, the CLI and the web
+server (this module, :mod:`.status_source`, :mod:`.notify`, :mod:`.retention`), with the two modules the job
+supervisor shares with it (:mod:`.store`, the job directory's files; :mod:`.diskspace`). The detached supervisor's
+modules live in :mod:`.job`, what runs inside a simulated host in :mod:`.inhost` (see each package's docstring);
+importing this package loads neither.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from airflow_smdist.backends.base import (
     LogEvent,
     tuning_log_events,
 )
-from airflow_smdist.backends.local import diskspace, launcher
+from airflow_smdist.backends.local import diskspace
 from airflow_smdist.backends.local.notify import ChangeWaker
 from airflow_smdist.backends.local.store import JobStore, pid_alive, read_json, read_jsonl, write_json_atomic
 from airflow_smdist.kinds import kind_info, load
@@ -130,7 +136,7 @@ class LocalBackend:
                  local_retention: str | None = None, local_spot_interruptions: str | None = None,
                  local_instance_failures: str | None = None) -> None:
         self.store = JobStore(root)
-        #: the smdist connection's rehearsal settings (see .spot): before SMDIST_LOCAL_SPOT_INTERRUPTIONS and
+        #: the smdist connection's rehearsal settings (see .job.spot): before SMDIST_LOCAL_SPOT_INTERRUPTIONS and
         #: SMDIST_LOCAL_INSTANCE_FAILURES; they never change a request
         self.local_spot_interruptions = local_spot_interruptions
         self.local_instance_failures = local_instance_failures
@@ -138,7 +144,7 @@ class LocalBackend:
         self.local_retention = local_retention
         self.region = region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
         self.s3_endpoint_url = s3_endpoint_url
-        #: runtimes declared for user images (the smdist connection's ``local_runtimes`` extra; see .runtimes)
+        #: runtimes declared for user images (the smdist connection's ``local_runtimes`` extra; see .job.runtimes)
         self.local_runtimes = dict(local_runtimes or {})
         #: each job's state file as the last describe read it (inode, mtime, size): wait_for_change's baseline
         self._described: dict[tuple[str, str], tuple[int, int, int] | None] = {}
@@ -167,11 +173,11 @@ class LocalBackend:
         module = self.kind_module(kind)
         validate_request(module.OPERATION, request, allow_local_uris=True)
         module.check_request(request)
-        from airflow_smdist.backends.local.runtimes import check_image
+        from airflow_smdist.backends.local.job.runtimes import check_image
 
         check_image(kind, request, self.local_runtimes)
         if kind == "transform":
-            from airflow_smdist.backends.local.transform import check_model_image
+            from airflow_smdist.backends.local.job.transform import check_model_image
 
             check_model_image(self, request)
 
@@ -179,6 +185,8 @@ class LocalBackend:
         self.check(kind, request)
         rehearsal = self._rehearsal(kind, request)
         name = kind_info(kind).job_name(request)
+        from airflow_smdist.backends.local.job import launcher
+
         isolation = launcher.isolation_mode()  # (a namespaced job's supervisor reclaims dead jobs' bridges)
         if self.store.taken(kind, name):
             raise self._name_taken(kind, name)
@@ -206,9 +214,9 @@ class LocalBackend:
                             operation=kind_info(kind).create_op)
 
     def _rehearsal(self, kind: str, request: dict[str, Any]) -> dict[str, Any] | None:
-        """What the job's state keeps of the interruption rehearsal (:mod:`.spot`): a training job's interruptions
+        """What the job's state keeps of the interruption rehearsal (:mod:`.job.spot`): a training job's interruptions
         and failures; a tuning job's settings, for its trials. A malformed setting is refused here."""
-        from airflow_smdist.backends.local import spot
+        from airflow_smdist.backends.local.job import spot
 
         if kind == "tuning":
             settings = {"spot": self.local_spot_interruptions, "failures": self.local_instance_failures}
@@ -360,25 +368,25 @@ class LocalBackend:
     def list_training_jobs_for_tuning_job(self, name: str, *, status_equals: str | None = None,
                                           sort_by: str | None = None,
                                           sort_order: str | None = None) -> list[dict[str, Any]]:
-        """ListTrainingJobsForHyperParameterTuningJob: every trial's summary (see .tuning)."""
-        from airflow_smdist.backends.local.tuning import list_training_jobs_for_tuning_job
+        """ListTrainingJobsForHyperParameterTuningJob: every trial's summary (see .job.tuning)."""
+        from airflow_smdist.backends.local.job.tuning import list_training_jobs_for_tuning_job
 
         return list_training_jobs_for_tuning_job(self, name, status_equals=status_equals, sort_by=sort_by,
                                                  sort_order=sort_order)
 
     # -- models (CreateModel for transform jobs) ---------------------------------------------------
     def create_model(self, request: dict[str, Any]) -> str:
-        from airflow_smdist.backends.local.transform import create_model
+        from airflow_smdist.backends.local.job.transform import create_model
 
         return create_model(self, request)
 
     def describe_model(self, name: str) -> dict[str, Any]:
-        from airflow_smdist.backends.local.transform import describe_model
+        from airflow_smdist.backends.local.job.transform import describe_model
 
         return describe_model(self, name)
 
     def delete_model(self, name: str) -> None:
-        from airflow_smdist.backends.local.transform import delete_model
+        from airflow_smdist.backends.local.job.transform import delete_model
 
         delete_model(self, name)
 
@@ -458,7 +466,7 @@ class LocalBackend:
         try:
             # its hosts ended with it (their lifeline closed); its bridge is reclaimed here
             if state.get("network"):
-                from airflow_smdist.backends.local import hostnet
+                from airflow_smdist.backends.local.job import hostnet
 
                 hostnet.reclaim()
             write_json_atomic(job_dir / "state.json", state)

@@ -1,4 +1,5 @@
-"""SageMaker's built-in XGBoost algorithm, run for real: ``python -m airflow_smdist.backends.local.builtin_xgboost``.
+"""SageMaker's built-in XGBoost algorithm, run for real:
+``python -m airflow_smdist.backends.local.inhost.builtin_xgboost``.
 
 This is each simulated host's command for a training job whose TrainingImage is the ``sagemaker-xgboost``
 container and which names no script (algorithm mode). It follows the open-source container

@@ -6,7 +6,7 @@ starts its local ranks with the variables Open MPI sets (OMPI_COMM_WORLD_RANK, _
 _LOCAL_SIZE, _NODE_RANK) and the ones torch.distributed's env:// initialisation reads (RANK, WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). MPI itself (mpi4py, horovod) is not emulated.
 
-    python -m airflow_smdist.backends.local.mpishim --np 2 --node-rank 0 --nodes 2 -- python train.py
+    python -m airflow_smdist.backends.local.inhost.mpishim --np 2 --node-rank 0 --nodes 2 -- python train.py
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Real MPI across simulated hosts: Open MPI's ``mpirun`` on the first host, as SageMaker's training toolkit
-builds it, its daemons started on the other hosts by the project's rsh agent (:mod:`.inhost.mpiagent`).
+builds it, its daemons started on the other hosts by the project's rsh agent (:mod:`..inhost.mpiagent`).
 
 The toolkit's master runs ``mpirun --host algo-1:P,algo-2:P -np N ... -x SM_* ... python -m mpi4py <entry>``
 (``sagemaker_training/mpi.py``, ``MasterRunner``, v5.1.x); Open MPI reaches the other instances over ssh and
@@ -24,12 +24,12 @@ import shutil
 import socket
 import subprocess
 import sys
-from airflow_smdist.backends.local import launcher
+from airflow_smdist.backends.local.job import launcher
 import tempfile
 import threading
 from pathlib import Path
 
-AGENT = str(Path(__file__).with_name("inhost") / "mpiagent.py")
+AGENT = str(Path(__file__).resolve().parents[1] / "inhost" / "mpiagent.py")
 
 
 def mpirun_path(bin_dir: str | None = None) -> str | None:

@@ -1,4 +1,4 @@
-"""The supervisor of one local tuning job: ``python -m airflow_smdist.backends.local.tuning <job dir>``.
+"""The supervisor of one local tuning job: ``python -m airflow_smdist.backends.local.job.tuning <job dir>``.
 
 The search runs for real. Every trial is a local training job (:mod:`.training`), submitted through
 ``LocalBackend.submit("training", ..., parent=<tuning job>)`` and named as SageMaker names them,
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 from airflow_smdist.backends.base import TERMINAL_STATES, JobNotFound
 from airflow_smdist.backends.local import dt, last_modified
 from airflow_smdist.backends.local.store import read_jsonl
-from airflow_smdist.backends.local.supervisor import JobSupervisor, stop_grace
+from airflow_smdist.backends.local.job.supervisor import JobSupervisor, stop_grace
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.tuning import check_tuning_request, grid_combinations, infer_max_resource
 
@@ -74,7 +74,7 @@ def objective_of(request: dict[str, Any]) -> dict[str, Any]:
 
 def check_request(request: dict[str, Any]) -> None:
     """What the local backend cannot run, refused before anything is written, with the way out."""
-    from airflow_smdist.backends.local import training
+    from airflow_smdist.backends.local.job import training
 
     check_tuning_request(request)
     cfg = request["HyperParameterTuningJobConfig"]

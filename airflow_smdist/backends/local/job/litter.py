@@ -20,7 +20,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from airflow_smdist.backends.local.hostfs import StrPath
+from airflow_smdist.backends.local.job.hostfs import StrPath
 from airflow_smdist.storage import PARTIAL, Storage, UploadJournal
 
 JOURNAL = "uploads.jsonl"

@@ -1,4 +1,4 @@
-"""The supervisor of one local processing job: ``python -m airflow_smdist.backends.local.processing <job dir>``.
+"""The supervisor of one local processing job: ``python -m airflow_smdist.backends.local.job.processing <job dir>``.
 
 It runs the CreateProcessingJob request as SageMaker Processing would, for real, on this machine:
 
@@ -49,16 +49,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_smdist.backends.local import (
-    ACCOUNT,
-    contract,
-    dt,
-    hostfs,
-    last_modified,
-    runtimes,
-)
+from airflow_smdist.backends.local import ACCOUNT, dt, last_modified
+from airflow_smdist.backends.local.job import contract, hostfs, runtimes
 from airflow_smdist.backends.local.store import write_json_atomic
-from airflow_smdist.backends.local.supervisor import (
+from airflow_smdist.backends.local.job.supervisor import (
     JobSupervisor,
     PlatformError,
     error_excerpt,

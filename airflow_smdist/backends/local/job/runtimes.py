@@ -45,7 +45,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from airflow_smdist.backends.local import diskspace, launcher
+from airflow_smdist.backends.local import diskspace
+from airflow_smdist.backends.local.job import launcher
 from airflow_smdist.specs.errors import SpecError
 
 RUNTIME_ENV = "SMDIST_LOCAL_RUNTIME"
@@ -299,7 +300,7 @@ def image_site(rt: Runtime, job_dir: Path) -> str | None:
     family, python = image_python(rt)
     if family not in IMAGE_PACKAGES:
         return None
-    source, site = Path(__file__).resolve().parent / "inhost" / "xgbcontainer", job_dir / "platform" / "site"
+    source, site = Path(__file__).resolve().parents[1] / "inhost" / "xgbcontainer", job_dir / "platform" / "site"
     shutil.rmtree(site, ignore_errors=True)
     for package in IMAGE_PACKAGES[family]:
         shutil.copytree(source / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -482,7 +483,7 @@ def mpi_missing(spec: ImageSpec) -> str | None:
     """Why the runtime of ``spec`` will have no MPI, or None: a SageMaker image without it, declared requirements
     that do not name both wheels, or a declared interpreter without them."""
     if spec.python:
-        from airflow_smdist.backends.local import mpi
+        from airflow_smdist.backends.local.job import mpi
 
         return mpi.missing(spec.python, os.path.dirname(spec.python))
     if spec.framework == "user":
@@ -1232,7 +1233,7 @@ def install_layer(runtime: Runtime, code_dir: str | os.PathLike[str], layer: str
 def _layered(runtime: Runtime, layer: Path, log: Callable[[str], None]) -> Runtime:
     """The runtime with the job's layer, its packages at the versions the job imports: where the layer
     replaces one of the image's, the runtime line is said again with the layer's version."""
-    from airflow_smdist.backends.local import hostfs
+    from airflow_smdist.backends.local.job import hostfs
 
     out = runtime.with_layer(str(layer))
     resolved = {name: version for name, version, _line in _resolved(hostfs.read_text(layer, RESOLUTION) or "")}
@@ -1273,7 +1274,7 @@ def _pip_like(runner: Runner, where: str, runtime: Runtime, layer: Path, has_set
     resolution has them all). A requirement that needs another version than the image's gets it, newest
     that fits, and the log says so (pip warns likewise); requirements that conflict among themselves, or
     name nothing on the index, fail with uv's reason."""
-    from airflow_smdist.backends.local import hostfs
+    from airflow_smdist.backends.local.job import hostfs
 
     layer.mkdir(parents=True, exist_ok=True)
     (layer / RESOLUTION).write_text("".join(f"{k}=={v}\n" for k, v in sorted(image.items())))

@@ -1,6 +1,6 @@
 """Start and end simulated hosts, and build the environment each host process gets.
 
-A simulated host is one process tree under :mod:`.inhost.hostinit`, its init process. Where the OS allows it
+A simulated host is one process tree under :mod:`..inhost.hostinit`, its init process. Where the OS allows it
 (root, util-linux ``unshare``, iproute2's ``ip``, ``/opt/ml``), the host is a small container made of Linux
 namespaces: mount (its directory on ``/opt/ml``, a private ``/tmp``, the job's ``/etc/hosts``), UTS (host
 name ``algo-N``), network (its own ``eth0`` on the job's bridge, see :mod:`.hostnet`), IPC and PID (the
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 OPT_ML = "/opt/ml"
-HOSTINIT = str(Path(__file__).with_name("inhost") / "hostinit.py")
+HOSTINIT = str(Path(__file__).resolve().parents[1] / "inhost" / "hostinit.py")
 UNSHARE_FLAGS = ("--mount", "--uts", "--net", "--pid", "--ipc", "--fork", "--propagation", "private", "--kill-child")
 #: what a host process keeps of the supervisor's environment (besides the contract and the request's own)
 PASSTHROUGH = ("PATH", "HOME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "JAVA_HOME")
@@ -56,7 +56,7 @@ def namespaces_available() -> str | None:
     unshare = shutil.which("unshare")
     if not unshare:
         return "util-linux unshare is not installed"
-    from airflow_smdist.backends.local.hostnet import ip_path
+    from airflow_smdist.backends.local.job.hostnet import ip_path
 
     if ip_path() is None:
         return "iproute2's ip is not installed (apt-get install iproute2)"
@@ -101,7 +101,7 @@ def isolation_mode() -> str:
 def package_root() -> str:
     """The directory holding ``airflow_smdist``: on PYTHONPATH of the project's own modules run in a host
     (the built-in XGBoost algorithm, the transform worker), as an image carries its toolkit."""
-    return str(Path(__file__).resolve().parents[3])
+    return str(Path(__file__).resolve().parents[4])
 
 
 def base_environment(*, region: str, s3_endpoint_url: str | None = None,
@@ -168,7 +168,7 @@ class HostProcess:
 @dataclass(frozen=True)
 class HostView:
     """What of this machine a namespaced host sees besides its own ``/opt/ml`` and private root file system
-    (see :func:`.inhost.hostinit.setup_namespace`): ``ro`` read-only, ``rw`` writable, ``hide`` empty."""
+    (see :func:`..inhost.hostinit.setup_namespace`): ``ro`` read-only, ``rw`` writable, ``hide`` empty."""
 
     ro: tuple[str, ...] = ()
     rw: tuple[str, ...] = ()
@@ -201,12 +201,12 @@ def contained() -> list[str]:
 def provider_code() -> str:
     """The provider's own package (its in-job code: the built-in XGBoost algorithm, the transform worker, the
     MPI agent), without the rest of the directory that holds it (an editable install's checkout)."""
-    return str(Path(__file__).resolve().parents[2])
+    return str(Path(__file__).resolve().parents[3])
 
 
 def spawn_host(argv: list[str], *, env: dict[str, str], cwd: str, stdout: int | IO[Any] | None, isolation: str,
                host_dir: str, hostname: str, etc_hosts: str | None = None, view: HostView | None = None) -> HostProcess:
-    """Start one host's init process (see :mod:`.inhost.hostinit`); call ``go()`` once its network is set up."""
+    """Start one host's init process (see :mod:`..inhost.hostinit`); call ``go()`` once its network is set up."""
     import json
 
     life_r, life_w = os.pipe()

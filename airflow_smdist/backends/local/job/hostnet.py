@@ -350,7 +350,7 @@ class JobNetwork:
         under one machine-wide lock (two jobs with NAT must not get one subnet: the machine would route both
         to one bridge). With ``nat``, also start its NAT (:meth:`add_nat`; :meth:`settle` finishes it, with the
         gateway); returns why the job cannot have NAT here (else None). ``owner``: the process the network
-        belongs to, as :func:`.store.owner_alive` reads it (default: this one)."""
+        belongs to, as :func:`..store.owner_alive` reads it (default: this one)."""
         from airflow_smdist.backends.local.store import locked, this_process
 
         owner = owner or this_process()

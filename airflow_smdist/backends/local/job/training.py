@@ -1,4 +1,4 @@
-"""The supervisor of one local training job: ``python -m airflow_smdist.backends.local.training <job dir>``.
+"""The supervisor of one local training job: ``python -m airflow_smdist.backends.local.job.training <job dir>``.
 
 It runs detached from the Airflow task that submitted the job (its own session), so the task may die and
 a retry reattach. It stages the job as SageMaker would (config files, channels with ShardedByS3Key,
@@ -25,19 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
-from airflow_smdist.backends.local import (
-    contract,
-    dt,
-    hostfs,
-    last_modified,
-    litter,
-    runtimes,
-    spot,
-    transitions_of,
-)
+from airflow_smdist.backends.local import dt, last_modified, transitions_of
+from airflow_smdist.backends.local.job import contract, hostfs, litter, runtimes, spot
 from airflow_smdist.runtime.batch_runner import safe_extract
 from airflow_smdist.backends.local.store import write_json_atomic
-from airflow_smdist.backends.local.supervisor import (
+from airflow_smdist.backends.local.job.supervisor import (
     JobSupervisor,
     PlatformError,
     free_port,
@@ -52,7 +44,7 @@ from airflow_smdist import wire
 
 if TYPE_CHECKING:
     from airflow_smdist.backends.local import LocalBackend
-    from airflow_smdist.backends.local import mpi
+    from airflow_smdist.backends.local.job import mpi
 
 OPERATION = "CreateTrainingJob"
 #: secondary statuses of a job a limit ended: its model is still uploaded, as SageMaker does
@@ -72,7 +64,7 @@ def builtin_xgboost_image(image: str | None) -> bool:
 
 def runs_builtin_xgboost(request: dict[str, Any]) -> bool:
     """The built-in XGBoost algorithm: its image, and neither a script (script mode runs the same image) nor a
-    ContainerEntrypoint. The local backend runs :mod:`.inhost.builtin_xgboost` on each host for it."""
+    ContainerEntrypoint. The local backend runs :mod:`..inhost.builtin_xgboost` on each host for it."""
     spec = request["AlgorithmSpecification"]
     return (builtin_xgboost_image(spec.get("TrainingImage")) and not spec.get("ContainerEntrypoint")
             and "sagemaker_program" not in (request.get("HyperParameters") or {}))
@@ -263,7 +255,7 @@ class TrainingSupervisor(JobSupervisor):
         """An MPI job needs Open MPI and mpi4py in its runtime (submit checked what it could foresee)."""
         if contract.launcher_of(self.hyperparameters.decoded) != "mpi":
             return
-        from airflow_smdist.backends.local import mpi  # MPI jobs' alone: not in every supervisor
+        from airflow_smdist.backends.local.job import mpi  # MPI jobs' alone: not in every supervisor
 
         reason = mpi.missing(None if rt.is_worker else rt.python, rt.bin_dir)
         if reason:
@@ -373,7 +365,7 @@ class TrainingSupervisor(JobSupervisor):
     def mpi_cmd(self, host: contract.Host, env: dict[str, str], entry: str, args: list[str], nproc: int,
                 dist: list[str]) -> list[str]:
         """mpirun on the first distribution host; the others wait for its daemon to come and go."""
-        from airflow_smdist.backends.local import mpi
+        from airflow_smdist.backends.local.job import mpi
 
         rt = self.resolved_runtime
         inside = "/opt/ml/code" if self.isolation == "namespace" else str(self.host_dir(host) / "code")
@@ -707,7 +699,7 @@ def check_request(request: dict[str, Any]) -> None:
             raise SpecError(f"distribution.{what}", f"the {what} launcher is not run by the local backend.",
                             "use torch_distributed, pytorchddp or mpi locally, or backend='sagemaker'.")
     # in image runtimes, runtimes.check_image asks the job's runtime (it knows the declared ones)
-    from airflow_smdist.backends.local import mpi
+    from airflow_smdist.backends.local.job import mpi
 
     if (json.loads(hps.get("sagemaker_mpi_enabled", "false") or "false") is True
             and runtimes.runtime_mode() == "worker" and mpi.missing()):

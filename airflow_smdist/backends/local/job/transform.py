@@ -1,4 +1,4 @@
-"""Local batch transform: ``python -m airflow_smdist.backends.local.transform <job dir>`` (the supervisor).
+"""Local batch transform: ``python -m airflow_smdist.backends.local.job.transform <job dir>`` (the supervisor).
 
 The supervisor does what the batch transform platform does: it finds the job's model (CreateModel, kept
 by this module in ``<root>/models/<name>.json``), lists the input (S3Prefix or ManifestFile), maps whole
@@ -31,20 +31,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from airflow_smdist.backends.base import ModelNotFound, ResourceExists
-from airflow_smdist.backends.local import (
-    ACCOUNT,
-    contract,
-    dt,
-    hostfs,
-    runtimes,
-)
+from airflow_smdist.backends.local import ACCOUNT, dt
+from airflow_smdist.backends.local.job import contract, hostfs, runtimes
 from airflow_smdist.runtime import batch_runner as inference
 from airflow_smdist.backends.local.store import (
     private_dir,
     read_json,
     write_json_atomic,
 )
-from airflow_smdist.backends.local.supervisor import JobSupervisor, PlatformError, serve, shard
+from airflow_smdist.backends.local.job.supervisor import JobSupervisor, PlatformError, serve, shard
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.sharding import output_uri
 from airflow_smdist.storage import relative_key

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 from typing import IO, Any, Protocol, TypeVar
 from collections.abc import Callable
 
-from airflow_smdist.backends.local import contract, diskspace, hostfs, hostnet, launcher, litter
+from airflow_smdist.backends.local import diskspace
+from airflow_smdist.backends.local.job import contract, hostfs, hostnet, launcher, litter
 from airflow_smdist.kinds import kind_info
-from airflow_smdist.backends.local.metrics import MetricParser
-from airflow_smdist.backends.local.sampler import UtilizationSampler
+from airflow_smdist.backends.local.job.metrics import MetricParser
+from airflow_smdist.backends.local.job.sampler import UtilizationSampler
 from airflow_smdist.backends.local.store import (
     JobStore,
     await_placement,
@@ -43,7 +44,7 @@ from airflow_smdist import wire
 if TYPE_CHECKING:
     from types import FrameType
 
-    from airflow_smdist.backends.local import runtimes
+    from airflow_smdist.backends.local.job import runtimes
 
 FAILURE_LIMIT = 1024
 #: of a host's failure file, what is read at most (FailureReason keeps 1 KB of it)
@@ -586,7 +587,7 @@ class JobSupervisor:
                  f"{self.net.subnet}), /tmp, /opt/ml and process tree; they reach {self.reach(self.no_nat)}")
 
     def owner(self) -> dict[str, Any] | None:
-        """This supervisor as :func:`.store.owner_alive` reads it, from the pid file its submitter wrote (psutil's
+        """This supervisor as :func:`..store.owner_alive` reads it, from the pid file its submitter wrote (psutil's
         create time, to 10 ms: its resolution on Linux), so the job's start needs no psutil of its own; None
         where the file does not name this process."""
         try:
@@ -620,7 +621,7 @@ class JobSupervisor:
         paths = [rt.root, *launcher.interpreter_paths(rt.python)]
         if rt.is_worker:
             paths.append(sys.prefix)
-        from airflow_smdist.backends.local import runtimes as rts  # a job with a runtime loaded it already
+        from airflow_smdist.backends.local.job import runtimes as rts  # a job with a runtime loaded it already
 
         paths += [rts.uv_binary(), *rts.tls_files(), *rts.source_paths()]  # its installs and its pip
         return [p for p in paths if p]
@@ -633,7 +634,7 @@ class JobSupervisor:
         return [str(layer)]
 
     def host_view(self) -> launcher.HostView:
-        """A namespaced host's view of this machine (see :func:`.inhost.hostinit.setup_namespace`): this job's own
+        """A namespaced host's view of this machine (see :func:`..inhost.hostinit.setup_namespace`): this job's own
         directory read-only, without the other hosts' directories; nothing of the job root, other jobs,
         AIRFLOW_HOME, the worker's home or checkout."""
         return launcher.HostView(ro=(str(self.dir), *self.keep_paths()), rw=tuple(self.writable_paths()),
