@@ -36,8 +36,7 @@ class SmdistConsoleLink(BaseOperatorLink):
 
     def format_link(self, **kwargs: Any) -> str:
         from airflow_smdist.backends.base import capabilities
-        # XComs of older versions stored the local job directory as "local_uri": no link for those either
-        if capabilities(kwargs.get("backend", "sagemaker")).console != "aws" or kwargs.get("local_uri"):
+        if capabilities(kwargs.get("backend", "sagemaker")).console != "aws":
             return ""
         try:
             return self.format_str.format(**kwargs)

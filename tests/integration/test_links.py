@@ -95,14 +95,6 @@ def test_sagemaker_jobs_link_to_the_console_of_their_region_and_partition(tmp_pa
     assert all(u.startswith("https://console.amazonaws.cn/") for u in resolved_links(cn, ctx["ti"]).values() if u)
 
 
-@pytest.mark.parametrize("stored", [{"local_uri": "file:///tmp/jobs/training/x", "job_name": "x",
-                                     "region_name": "us-east-1", "aws_domain": "aws.amazon.com"}])
-def test_link_xcoms_of_earlier_versions_show_no_file_link(stored):
-    from airflow_smdist.operators.links import SageMakerTrainingJobLink
-
-    assert SageMakerTrainingJobLink().format_link(**stored) == ""
-
-
 def test_the_job_page_link_keeps_the_api_servers_base_path(monkeypatch):
     from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
     from airflow_smdist.operators.links import LocalJobPageLink

@@ -635,3 +635,17 @@ def test_framework_processor_source_dir_runs_through_runproc(tmp_path, monkeypat
     assert result["inputs"]["entrypoint"] == code_uri.replace("sourcedir.tar.gz", "runproc.sh")
     assert files_under(result["outputs"]["result"]) == {
         "out.txt": "from the bundle /opt/ml/processing/input/code ['--rows', '3']"}
+
+
+def test_a_job_whose_hosts_cannot_be_made_fails_with_the_reason(backend, tmp_path, monkeypatch):
+    """The job's network cannot be made (SMDIST_LOCAL_SUBNET smaller than a /24): the job fails naming why, not
+    with the supervisor's own error about a cluster it never had."""
+    if launcher.namespace_prefix() is None:
+        pytest.skip("this OS allows no private mount namespace here")
+    monkeypatch.setenv("SMDIST_LOCAL_SUBNET", "10.201.7.0/25")
+    name = unique("nonet")
+    script_job(backend, tmp_path, "print('never runs')\n", name=name)
+    d = wait(backend, "processing", name, timeout=120)
+    assert d["ProcessingJobStatus"] == "Failed"
+    assert "SMDIST_LOCAL_SUBNET=10.201.7.0/25" in d["FailureReason"], d["FailureReason"]
+    assert "never runs" not in host_log(backend, name, "algo-1")

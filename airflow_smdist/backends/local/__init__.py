@@ -71,7 +71,8 @@ class LocalJobKind(Protocol):
         """The job's detached supervisor: ``python -m <module> <job dir>``."""
 
 
-#: a job without a supervisor pid file (half made by an older version) counts as failed after this
+#: a job without a supervisor pid file (its submitting process ended before the supervisor started) counts as
+#: failed after this
 HALF_MADE_GRACE_SECONDS = 30.0
 #: jobs whose last-described state a backend keeps for wait_for_change (the oldest go first)
 DESCRIBED_KEPT = 256
@@ -449,7 +450,8 @@ class LocalBackend:
 
     def _supervisor_gone(self, job_dir: Path, state: dict[str, Any]) -> str | None:
         """Why the unfinished job ``job_dir`` has no supervisor any more (None while it has one). Jobs are
-        placed with their supervisor started; one without a pid file was half made by an older version."""
+        placed with their supervisor started; one without a pid file was left half made by a submitting process that
+        ended first."""
         if self._supervisor_pid(job_dir) is not None:
             return None
         if (job_dir / "supervisor.pid").exists():

@@ -731,6 +731,7 @@ class ProcessingSupervisor(JobSupervisor):
         signal.signal(signal.SIGTERM, self.on_sigterm)
         (self.dir / "logs").mkdir(exist_ok=True)
         status, reason, stage_done = "Failed", None, False
+        cluster: contract.Cluster | None = None  # (none when its hosts could not be made: the reason says why)
         try:
             self.cluster = cluster = self.build_cluster(resource_config(self.request))
             self.save(status="InProgress", started=time.time(), arn=self.arn(),
@@ -780,7 +781,8 @@ class ProcessingSupervisor(JobSupervisor):
         self.secondary(status, {"Completed": "Processing job completed", "Failed": "Processing job failed",
                                 "Stopped": "Processing job stopped"}[status])
         self.state["transitions"][-1]["end"] = time.time()
-        self.save(status=status, failure_reason=reason, exit_message=self.exit_message(cluster), ended=time.time())
+        self.save(status=status, failure_reason=reason, exit_message=cluster and self.exit_message(cluster),
+                  ended=time.time())
         return 0 if status == "Completed" else 1
 
 
