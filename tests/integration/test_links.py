@@ -11,7 +11,6 @@ import logging
 import uuid
 from types import SimpleNamespace
 
-import pytest
 
 from airflow_smdist.operators.links import SmdistConsoleLink
 
