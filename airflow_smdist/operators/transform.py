@@ -330,7 +330,7 @@ def write_manifest(storage: Storage, report: CompletenessReport, *, input_uri: s
     try:
         storage.write_bytes(sharding.dumps(manifest), uri)
     except Exception as exc:  # noqa: BLE001 - reported beside the jobs' outcome (outcome_error), never instead
-        summary = sharding.manifest_summary(manifest, cast(str, None))  # not written: no location
+        summary = sharding.manifest_summary(manifest, None)  # not written: no location
         summary["manifest_error"] = f"the manifest {uri} could not be written: {type(exc).__name__}: {exc}"
         return summary
     return sharding.manifest_summary(manifest, uri)
@@ -723,7 +723,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
             manifest = sharding.batch_manifest(report, input_uri=self.input_uri, output_path=self.output_uri,
                                                fan_out=self.fan_out, jobs=jobs, settings=settings,
                                                processed=processed)
-            summary = sharding.manifest_summary(manifest, cast(str, None))  # not written (the merge step writes it)
+            summary = sharding.manifest_summary(manifest, None)  # not written (the merge step writes it)
             summary["shard"] = (self.shard or {}).get("index")
             summary["processed_inputs"] = sorted(processed)
             summary["provenance"] = made  # for the merge step's manifest

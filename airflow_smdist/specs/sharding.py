@@ -355,8 +355,9 @@ def batch_manifest(report: CompletenessReport, *, input_uri: str, output_path: s
     }
 
 
-def manifest_summary(manifest: dict[str, Any], manifest_location: str, limit: int = 1000) -> dict[str, Any]:
-    """The XCom form of a manifest: counts, jobs, pending, and input -> output (at most ``limit`` pairs)."""
+def manifest_summary(manifest: dict[str, Any], manifest_location: str | None, limit: int = 1000) -> dict[str, Any]:
+    """The XCom form of a manifest: counts, jobs, pending, and input -> output (at most ``limit`` pairs);
+    ``manifest_uri`` is None for a manifest not written."""
     entries = manifest["entries"]
     summary = {k: manifest[k] for k in ("input_uri", "output_uri", "fan_out", "complete", "objects", "records",
                                         "pending", "jobs")}
