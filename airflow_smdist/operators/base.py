@@ -99,6 +99,8 @@ class SmdistJobOperator(BaseOperator):
         self.stop_on_kill = stop_on_kill
         self._backend: Backend | None = None
         self._lifecycle: JobLifecycle | None = None
+        #: the running task instance (``context["ti"]``, set by :meth:`own`): a deferral seeds its cursor XCom
+        self._task_instance: Any = None
 
     # -- to implement ------------------------------------------------------------------------------
     def build_request(self, job_name: str, backend_name: str, context: Any) -> dict[str, Any]:
@@ -156,6 +158,7 @@ class SmdistJobOperator(BaseOperator):
 
         self.check_job_name()
         self._owner = Owner.of(context, getattr(self, "retries", 0) or 0)
+        self._task_instance = context["ti"]
         if self._lifecycle is not None:
             self._lifecycle.owner = self._owner
 
@@ -228,8 +231,10 @@ class SmdistJobOperator(BaseOperator):
             if lifecycle.ended(description):  # done before we deferred
                 lifecycle.untrack(name)
                 return description
-            self.defer(trigger=self.make_trigger(lifecycle.backend, name, description, as_of), method_name=method_name,
-                       kwargs=kwargs, timeout=self.deferral_timeout(description))
+            trigger = self.make_trigger(lifecycle.backend, name, description, as_of)
+            self.seed_log_cursor(lifecycle.backend, trigger.cursor_key)
+            self.defer(trigger=trigger, method_name=method_name, kwargs=kwargs,
+                       timeout=self.deferral_timeout(description))
         return lifecycle.wait(name)
 
     # -- deferral ----------------------------------------------------------------------------------
@@ -300,6 +305,21 @@ class SmdistJobOperator(BaseOperator):
             except Exception as exc:  # noqa: BLE001 - the original failure is what the task reports
                 self.log.warning("could not stop the job after the deferral failed: %s", exc)
         return super().resume_execution(next_method, next_kwargs, context)
+
+    def seed_log_cursor(self, backend: Backend, cursor_key: str) -> None:
+        """Before deferring: write the record the trigger will keep its log cursor in (its task instance's XCom,
+        ``airflow_smdist.triggers.cursor``), with no cursor yet, where the trigger will use that store. The
+        trigger's first read then finds it: Airflow 3's XCom client logs an error-level "XCom not found" in the
+        triggerer's log for every read of a missing XCom. Best effort: without it, that one line is all."""
+        ti = self._task_instance
+        if not self.print_logs or ti is None or not backend.capabilities.shared_log_cursor:
+            return
+        from airflow_smdist.triggers.cursor import XCOM_KEY
+
+        try:
+            ti.xcom_push(key=XCOM_KEY, value={"key": cursor_key, "cursor": None})
+        except Exception as exc:  # noqa: BLE001 - the trigger starts without it, at the cost of one log line
+            self.log.debug("could not seed the trigger's log cursor XCom: %s", exc)
 
     def forget_log_cursor(self, context: Any) -> None:
         """Delete the XCom in which the trigger kept its log cursor (``airflow_smdist.triggers.cursor``): one call,

@@ -433,8 +433,8 @@ class SmdistJobTrigger(BaseTrigger):
                 saved = await store.load()
             except Exception as exc:  # noqa: BLE001 - no cursor: lines repeat, none is lost
                 self.log.warning("could not read the log cursor from %r: %s", store, exc)
-        if isinstance(saved, dict) and saved.get("key") == self.cursor_key:
-            return saved.get("cursor")
+        if isinstance(saved, dict) and saved.get("key") == self.cursor_key and saved.get("cursor") is not None:
+            return saved["cursor"]  # (the operator seeds the record with no cursor before it defers)
         if self.log_cursor is not None:
             return self.log_cursor
         return backend.first_log_cursor(self.created)

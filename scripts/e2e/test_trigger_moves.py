@@ -131,6 +131,12 @@ def test_a_trigger_moved_to_a_triggerer_with_another_home_prints_every_line_once
         assert sorted(counts) == sorted(f"[algo-1] moved line {i}" for i in range(BEFORE + AFTER)), lines
         assert {line: n for line, n in counts.items() if n > 1} == {}, "lines printed twice after the move"
         assert cursor_xcom(api, run_id) is None, "execute_complete deletes the cursor's XCom"
+        # the operator seeds the cursor's XCom before it defers: no triggerer read a missing one (Airflow 3's XCom
+        # client logs each such read at error level, in the triggerer's own log)
+        for name in ("triggerer.log", "triggerer-moved.log"):
+            log = logs_dir / name
+            text = log.read_text(errors="replace") if log.is_file() else ""
+            assert not [line for line in text.splitlines() if "not found" in line and "smdist_log_cursor" in line], name
     finally:
         if moved is not None:
             stop(moved)

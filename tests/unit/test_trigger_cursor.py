@@ -304,3 +304,59 @@ def test_a_cancelled_trigger_lets_its_last_save_finish_before_it_ends(tmp_path: 
 
     ended_early, kept = run(scenario())
     assert not ended_early and kept == {"key": "deferral-1", "cursor": 1}
+
+
+# -- the record the operator seeds before it defers -----------------------------------------------------------
+class RecordingTI(SimpleNamespace):
+    """A task instance that keeps what the task pushes to its XCom."""
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed.append((key, value))
+
+
+def deferring_operator(backend: StubBackend) -> tuple[Any, RecordingTI]:
+    from airflow_smdist.operators.base import SmdistJobOperator
+
+    op = SmdistJobOperator(task_id="train", deferrable=True, poll_interval=INTERVAL)
+    op._backend = backend
+    ti = RecordingTI(dag_id="d", run_id="r", task_id="train", map_index=-1, try_number=1, max_tries=0, pushed=[])
+    op.own({"ti": ti, "run_id": "r"})
+    return op, ti
+
+
+def defer(op: Any) -> Any:
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk.exceptions import TaskDeferred
+    else:
+        from airflow.exceptions import TaskDeferred
+    with pytest.raises(TaskDeferred) as deferred:
+        op.wait_or_defer("job")
+    return deferred.value.trigger
+
+
+def test_a_deferral_seeds_the_cursor_xcom_with_no_cursor_where_its_trigger_will_read_it(tmp_path: Any) -> None:
+    """Airflow 3's XCom client logs an error-level "XCom not found" in the triggerer's log for each read of a missing
+    XCom: the operator writes the record (its deferral's key, no cursor yet) before it defers."""
+    backend = shared(StubBackend(root=tmp_path))
+    backend.add_job(KIND, "job", ["InProgress"])
+    op, ti = deferring_operator(backend)
+    trigger = defer(op)
+    assert trigger.cursor_key and ti.pushed == [(XCOM_KEY, {"key": trigger.cursor_key, "cursor": None})]
+    # a backend whose trigger keeps its cursor in a file: no XCom is written
+    local = StubBackend(root=tmp_path / "local")
+    local.add_job(KIND, "job", ["InProgress"])
+    op, ti = deferring_operator(local)
+    defer(op)
+    assert ti.pushed == []
+
+
+def test_a_seeded_record_without_a_cursor_starts_the_trigger_where_its_kwargs_say(tmp_path: Any) -> None:
+    backend = StubBackend(root=tmp_path)
+    backend.add_job(KIND, "job", ["InProgress"], lines=["a", "b", "c"])
+    backend.log_cursor_store(KIND, "job").write({"key": "deferral-1", "cursor": None})
+    backend.source.script_list(summary(KIND, "job", "Completed", "Completed"), server_time=time.time() + 1)
+    trigger = trigger_for(backend, log_cursor=2)
+    logged: list[str] = []
+    capture(trigger, logged)
+    run(first_event(trigger))
+    assert [m for m in logged if m.startswith("[algo-1]")] == ["[algo-1] c"]
