@@ -113,7 +113,9 @@ def test_a_trigger_moved_to_a_triggerer_with_another_home_prints_every_line_once
         seed_log_stream(url, GROUP, stream, [(t0 + i, f"moved line {i}") for i in range(BEFORE)])
         until("the task deferred and its trigger printed the first lines",
               lambda: ti_state(api, run_id) == "deferred" and len(job_lines(api, run_id)) >= BEFORE)
-        saved = until("the trigger kept its cursor in the task's XCom", lambda: cursor_xcom(api, run_id))
+        # the operator seeded the record before it deferred (its key, no cursor): wait for the trigger's cursor
+        saved = until("the trigger kept its cursor in the task's XCom",
+                      lambda: (x := cursor_xcom(api, run_id)) and x.get("cursor") is not None and x)
         assert set(saved) == {"key", "cursor"} and saved["key"], saved
 
         component("kill", "triggerer")
