@@ -311,13 +311,13 @@ class SmdistJobOperator(BaseOperator):
         ``airflow_smdist.triggers.cursor``), with no cursor yet, where the trigger will use that store. The
         trigger's first read then finds it: Airflow 3's XCom client logs an error-level "XCom not found" in the
         triggerer's log for every read of a missing XCom. Best effort: without it, that one line is all."""
-        ti = self._task_instance
-        if not self.print_logs or ti is None or not backend.capabilities.shared_log_cursor:
-            return
-        from airflow_smdist.triggers.cursor import XCOM_KEY
+        from airflow_smdist.triggers.cursor import XCOM_KEY, cursor_record, kept_in_xcom
 
+        ti = self._task_instance
+        if not self.print_logs or not kept_in_xcom(ti, backend):
+            return
         try:
-            ti.xcom_push(key=XCOM_KEY, value={"key": cursor_key, "cursor": None})
+            ti.xcom_push(key=XCOM_KEY, value=cursor_record(cursor_key, None))
         except Exception as exc:  # noqa: BLE001 - the trigger starts without it, at the cost of one log line
             self.log.debug("could not seed the trigger's log cursor XCom: %s", exc)
 

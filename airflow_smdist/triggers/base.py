@@ -50,7 +50,7 @@ from airflow_smdist.lifecycle import (
     is_throttling,
 )
 from airflow_smdist.lifecycle import acall_with_backoff as with_backoff
-from airflow_smdist.triggers.cursor import CursorWriter, XComCursorStore
+from airflow_smdist.triggers.cursor import CursorWriter, XComCursorStore, cursor_record, kept_in_xcom
 
 # the backoff and the List margins live in lifecycle.py (the blocking waits use them too)
 __all__ = ["LIST_OVERLAP_SECONDS", "LIST_SETTLE_SECONDS", "THROTTLING_CODES", "is_throttling", "with_backoff"]
@@ -420,7 +420,7 @@ class SmdistJobTrigger(BaseTrigger):
         has a task instance (Airflow sets it on a trigger it runs) and its backend's logs read the same from any
         machine; else the backend's file."""
         ti = getattr(self, "task_instance", None)
-        if ti is not None and backend.capabilities.shared_log_cursor:
+        if kept_in_xcom(ti, backend):
             return XComCursorStore(ti)
         return backend.log_cursor_store(kind_info(self.kind).name, self.job_name)
 
@@ -445,7 +445,7 @@ class SmdistJobTrigger(BaseTrigger):
                 self.log.info("%s", e.format())
             self.log_cursor = cursor
             if events and self.cursor_key:  # after the lines went to the log: a crash in between repeats them
-                writer.put({"key": self.cursor_key, "cursor": cursor})
+                writer.put(cursor_record(self.cursor_key, cursor))
         return sink
 
     # -- the wait ---------------------------------------------------------------------------------------------

@@ -25,12 +25,23 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_smdist.backends.base import LogCursorStore
+    from airflow_smdist.backends.base import Backend, LogCursorStore
 
 #: the XCom key of a trigger's log cursor
 XCOM_KEY = "smdist_log_cursor"
 #: how long a trigger that ends (or is cancelled) waits for its last cursor to be saved
 CLOSE_SECONDS = 5.0
+
+
+def kept_in_xcom(ti: Any, backend: Backend) -> bool:
+    """Whether a trigger of task instance ``ti`` (None: a trigger built by hand) keeps its cursor in the XCom (the
+    trigger reads and writes it there; the operator seeds it there before it defers), else in the backend's file."""
+    return ti is not None and backend.capabilities.shared_log_cursor
+
+
+def cursor_record(cursor_key: str, cursor: Any) -> dict[str, Any]:
+    """What a store keeps: the deferral's key and its cursor (None: the operator's seed, no line printed yet)."""
+    return {"key": cursor_key, "cursor": cursor}
 
 
 class XComCursorStore:
