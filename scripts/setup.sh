@@ -6,12 +6,24 @@ PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-# the test venv: the local backend and the tests, plus what only Python 3.11 gets cheaply here: torch 2.13.0 in
-# the worker (torch-examples: the CPU wheel on this machine's disk is for 3.11 only) and the SageMaker SDK as the
-# tests' oracle (oracle: sagemaker-core needs importlib-metadata<7, which Airflow 3 on Python >= 3.12 cannot have).
-# SMDIST_EXTRAS overrides the extras (scripts/test-py.sh: "local,test" on 3.12 and 3.13).
-.venv/bin/python -m pip install --quiet -e ".[${SMDIST_EXTRAS:-local,test,torch-examples,oracle}]"
+# install once: again only when what it installs from changes (pyproject.toml, the extras, this script, the
+# Python), so `scripts/test.sh` and `scripts/lint.sh` start at once on a set-up checkout (the install is
+# editable: a change to the package's code needs none)
+EXTRAS="${SMDIST_EXTRAS:-local,test,torch-examples,oracle}"
+STAMP=".venv/.smdist-setup-stamp"
+stamp="$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-12) $EXTRAS $(.venv/bin/python -V 2>&1)"
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$stamp" ]; then
+  rm -f "$STAMP"
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  # the test venv: the local backend and the tests, plus what only Python 3.11 gets cheaply here: torch 2.13.0 in
+  # the worker (torch-examples: the CPU wheel on this machine's disk is for 3.11 only) and the SageMaker SDK as the
+  # tests' oracle (oracle: sagemaker-core needs importlib-metadata<7, which Airflow 3 on Python >= 3.12 cannot have).
+  # SMDIST_EXTRAS overrides the extras (scripts/test-py.sh: "local,test" on 3.12 and 3.13).
+  .venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"
+  echo "$stamp" >"$STAMP"
+else
+  echo "setup: .venv is up to date with pyproject.toml ([$EXTRAS]); nothing to install"
+fi
 # nftables' nft gives namespaced simulated hosts NAT to the worker's network (backends/local/job/hostnet.py); as
 # root (CI) it is installed here, elsewhere hosts reach only the worker's loopback endpoints, and jobs say so
 if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
