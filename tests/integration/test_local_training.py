@@ -78,6 +78,7 @@ def contract_job(backend, tmp_path, data, **kw):
     return name, d, [json.loads(files[f"contract-{r}.json"]) for r in range(2)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["namespace", "none"])
 def test_contract_every_variable_and_config_file(backend, tmp_path, data, monkeypatch, isolation):
     if isolation == "namespace" and launcher.namespace_prefix() is None:
@@ -158,6 +159,7 @@ def test_contract_every_variable_and_config_file(backend, tmp_path, data, monkey
         "Starting", "Downloading", "Training", "Uploading", "Completed"]
 
 
+@pytest.mark.slow
 def test_namespace_binds_opt_ml_when_the_os_allows(backend, tmp_path, data):
     if launcher.namespace_prefix() is None:
         pytest.skip("this OS allows no private mount namespace here")
@@ -167,6 +169,7 @@ def test_namespace_binds_opt_ml_when_the_os_allows(backend, tmp_path, data):
         assert h["env"]["SM_MODEL_DIR"] == "/opt/ml/model"
 
 
+@pytest.mark.slow
 def test_relocated_paths_without_namespace(backend, tmp_path, data, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", "none")
     name, _d, hosts = contract_job(backend, tmp_path, data)
@@ -180,6 +183,7 @@ def test_relocated_paths_without_namespace(backend, tmp_path, data, monkeypatch)
     assert all(difference in lines[0] for difference in launcher.FALLBACK_DIFFERENCES)
 
 
+@pytest.mark.slow
 def test_sm_num_cpus_is_the_share_of_the_cores_or_the_requests_own(backend, tmp_path, data):
     """SM_NUM_CPUS is this machine's share of the cores unless the request's Environment sets it; then that value is
     the job's everywhere a script reads it. The job's log says which it is and why."""
@@ -212,6 +216,7 @@ def test_sm_num_cpus_is_the_share_of_the_cores_or_the_requests_own(backend, tmp_
                    entry="dump_env.py", inputs={"train": f"file://{data}/train"}, environment={"SM_NUM_CPUS": bad})
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_ddp_two_hosts_join_one_process_group(backend, tmp_path, data):
     pytest.importorskip("torch")
@@ -232,6 +237,7 @@ def test_ddp_two_hosts_join_one_process_group(backend, tmp_path, data):
     assert d["FinalMetricDataList"][0]["MetricName"] == "train:loss"
 
 
+@pytest.mark.slow
 def test_failing_host_fails_the_job_and_ends_the_others(backend, tmp_path, data):
     name = unique("fail")
     submit(backend, tmp_path, name=name, source=os.path.join(FIXTURES, "contract"), entry="dump_env.py",
@@ -249,6 +255,7 @@ def test_failing_host_fails_the_job_and_ends_the_others(backend, tmp_path, data)
     assert "ModelArtifacts" not in d
 
 
+@pytest.mark.slow
 def test_stop_ends_every_process(backend, tmp_path, data):
     name = unique("stop")
     submit(backend, tmp_path, name=name, source=os.path.join(FIXTURES, "contract"), entry="dump_env.py",
@@ -267,6 +274,7 @@ def test_stop_ends_every_process(backend, tmp_path, data):
     backend.stop("training", name)  # stopping a stopped job is a no-op
 
 
+@pytest.mark.slow
 def test_duplicate_name_and_missing_job(backend, tmp_path, data):
     name = unique("dup")
     submit(backend, tmp_path, name=name, source=os.path.join(FIXTURES, "contract"), entry="dump_env.py",
@@ -289,6 +297,7 @@ def test_unrunnable_requests_are_refused_before_anything_is_written(backend, tmp
     assert not backend.store.root.exists() or not list(backend.store.root.rglob("request.json"))
 
 
+@pytest.mark.slow
 def test_source_archive_with_traversal_is_rejected(backend, tmp_path, data):
     """A sourcedir.tar.gz member '../evil.py' must not be written outside the host's code directory."""
     import io
@@ -312,6 +321,7 @@ def test_source_archive_with_traversal_is_rejected(backend, tmp_path, data):
     assert not list(backend.job_dir("training", name).rglob("evil.py"))
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_example_ddp_script_retried_after_its_last_checkpoint_still_saves_its_model(backend, tmp_path, data):
     """A retry of a growing-batch stage restores the checkpoint its failed try wrote at the stage's last epoch
@@ -336,6 +346,7 @@ def test_example_ddp_script_retried_after_its_last_checkpoint_still_saves_its_mo
     assert losses[1] == losses[0]  # the retry reports the loss its checkpoint recorded
 
 
+@pytest.mark.slow
 def test_a_blocking_wait_wakes_at_each_change_of_the_job_not_at_its_next_look(backend, tmp_path, monkeypatch):
     """The operators' blocking wait on a local job: with its own look at the state file every 60 s, it still
     sees every change of a real job at once (inotify on the job's directory), so the job's end ends the wait."""
@@ -355,6 +366,7 @@ def test_a_blocking_wait_wakes_at_each_change_of_the_job_not_at_its_next_look(ba
     assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
 
 
+@pytest.mark.slow
 def test_a_change_between_describe_and_the_wait_ends_the_wait(backend, tmp_path):
     """A job that changed after the operator described it, but before it began to wait, is not waited on for
     the next change (there may be none: here the job has ended and its supervisor exited)."""

@@ -318,6 +318,7 @@ def test_data_processing_on_json_lines(tmp_path):
 
 
 # -- jobs on the local backend ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_transform_job_spreads_objects_over_parallel_instance_processes(backend, tmp_path):
     data = tmp_path / "in"
     input_uri = write_inputs(data, [30, 40, 50, 60])
@@ -368,6 +369,7 @@ ENV_CODE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_the_inference_code_gets_a_clean_environment_without_the_workers_credentials(backend, tmp_path,
                                                                                        monkeypatch):
     """Issue 11: a model's inference.py sees what a serving container sees (its Environment, the region), not
@@ -395,6 +397,7 @@ def test_the_inference_code_gets_a_clean_environment_without_the_workers_credent
     assert outputs(tmp_path / "out") == {"part-00.csv.out": (tmp_path / "in" / "part-00.csv").read_bytes()}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(launcher.namespace_prefix() is None, reason="hosts cannot be namespaced here")
 def test_a_network_isolated_models_code_reaches_nothing_while_its_data_is_still_staged(backend, tmp_path):
     name = unique("model")
@@ -414,6 +417,7 @@ def test_a_network_isolated_models_code_reaches_nothing_while_its_data_is_still_
                for e in host_lines(backend, job)["platform"])
 
 
+@pytest.mark.slow
 def test_poisoned_record_fails_the_job_naming_object_and_record(backend, tmp_path):
     data = tmp_path / "in"
     input_uri = write_inputs(data, [20, 20, 20], nested=False)
@@ -435,6 +439,7 @@ def test_poisoned_record_fails_the_job_naming_object_and_record(backend, tmp_pat
     assert (tmp_path / "out" / "part-00.csv.out").exists()  # objects before it were complete
 
 
+@pytest.mark.slow
 def test_stop_ends_every_instance(backend, tmp_path):
     input_uri = write_inputs(tmp_path / "in", [5, 5, 5, 5], nested=False)
     model = make_model(backend, tmp_path, sleep=60)
@@ -459,6 +464,7 @@ def test_stop_ends_every_instance(backend, tmp_path):
     assert not list((tmp_path / "out").rglob("*.out")) if (tmp_path / "out").exists() else True
 
 
+@pytest.mark.slow
 def test_unrunnable_requests_are_refused_and_a_missing_model_fails_like_sagemaker(backend, tmp_path):
     input_uri = write_inputs(tmp_path / "in", [3], nested=False)
     request = build_transform(job_name=unique("rio"), model_name="nope", input_uri=input_uri,
@@ -521,6 +527,7 @@ def scoring(tmp_path, backend):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_three_ways_give_identical_complete_outputs_and_a_rerun_processes_only_the_missing(scoring, backend):
     tmp_path = scoring
     run = f"run-{uuid.uuid4().hex}"
@@ -563,6 +570,7 @@ def test_three_ways_give_identical_complete_outputs_and_a_rerun_processes_only_t
     assert done["complete"] and done["processed"] == 0 and done["jobs"] == []
 
 
+@pytest.mark.slow
 def test_mapped_shards_plan_run_and_merge_and_a_rerun_plans_only_the_missing(scoring, backend):
     tmp_path = scoring
     run = f"run-{uuid.uuid4().hex}"
@@ -601,6 +609,7 @@ def test_mapped_shards_plan_run_and_merge_and_a_rerun_plans_only_the_missing(sco
     assert plan.execute(context(f"{run}-3", "plan")) == []
 
 
+@pytest.mark.slow
 def test_each_shard_job_is_retried_on_its_own(scoring, backend, request, monkeypatch):
     tmp_path = scoring
     # a file the model's code and the test share, as a real model would share state through S3: a namespaced
@@ -629,6 +638,7 @@ def test_each_shard_job_is_retried_on_its_own(scoring, backend, request, monkeyp
     assert "injected failure (once)" in backend.describe("transform", first)["FailureReason"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fan_out", ["transform", "processing"])
 def test_a_failed_job_fails_the_task_naming_the_object_and_what_is_missing(scoring, backend, fan_out):
     tmp_path = scoring
@@ -654,6 +664,7 @@ def test_operator_argument_mistakes(scoring):
         op(scoring, "transform", "out", model_data=None).execute(context("r"))
 
 
+@pytest.mark.slow
 def test_a_retry_reattaches_to_the_running_job_and_a_deferred_wait_ends_in_the_same_check(scoring, backend):
     tmp_path = scoring
     model_archive(tmp_path / "model.tar.gz", sleep=0.5)
@@ -682,6 +693,7 @@ def test_a_retry_reattaches_to_the_running_job_and_a_deferred_wait_ends_in_the_s
     assert outputs(tmp_path / "out-deferred") == outputs(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_a_manifest_that_cannot_be_written_does_not_hide_why_the_job_failed(scoring, backend):
     """A storage fault while writing the manifest (its key is taken by a directory, so the write fails) is
     reported beside the failed job's reason, not instead of it."""
@@ -701,6 +713,7 @@ def test_a_manifest_that_cannot_be_written_does_not_hide_why_the_job_failed(scor
     assert not list((tmp_path / "out").rglob("*.smdist-partial"))
 
 
+@pytest.mark.slow
 def test_a_manifest_that_cannot_be_written_fails_a_complete_run_naming_it(scoring, backend):
     tmp_path = scoring
     taken = tmp_path / "out" / "_smdist" / "manifest.json"
@@ -716,6 +729,7 @@ def test_a_manifest_that_cannot_be_written_fails_a_complete_run_naming_it(scorin
         merge.execute(context(f"run-{uuid.uuid4().hex}", "merge"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fan_out", ["transform", "processing", "jobs"])
 def test_outputs_of_a_changed_input_or_another_model_are_stale_and_run_again(scoring, backend, fan_out):
     tmp_path = scoring
@@ -746,6 +760,7 @@ def test_outputs_of_a_changed_input_or_another_model_are_stale_and_run_again(sco
     assert op(tmp_path, fan_out, "out").execute(context(run, f"score_{fan_out}"))["processed"] == 0
 
 
+@pytest.mark.slow
 def test_the_taskgroup_form_runs_again_what_another_model_made(scoring, backend):
     """The planner and the merge step of the sharded_batch_inference TaskGroup are given the shards' model
     (model=): when the model's artifact changes, the planner plans every object again and the merge step
@@ -782,6 +797,7 @@ def test_the_taskgroup_form_runs_again_what_another_model_made(scoring, backend)
         assert np.allclose(got, np.atleast_2d(np.loadtxt(path, delimiter=",")).sum(axis=1)), path
 
 
+@pytest.mark.slow
 def test_outputs_a_sensor_waited_for_are_recorded_with_the_model_that_made_them(scoring, backend):
     """An operator that does not wait (wait_for_completion=False) records, before its job starts, the model
     and the inputs' versions; the sensor that sees the job complete writes them into the manifest, so a
@@ -807,6 +823,7 @@ def test_outputs_a_sensor_waited_for_are_recorded_with_the_model_that_made_them(
     assert op(tmp_path, "transform", "out").execute(context(f"{run}-3"))["processed"] == 7
 
 
+@pytest.mark.slow
 def test_an_output_with_no_record_is_stale_when_its_input_was_written_after_it(scoring, backend):
     """Outputs nothing recorded (another tool's, or a manifest lost) count as current unless their input is
     newer than they are, as make decides."""
@@ -823,6 +840,7 @@ def test_an_output_with_no_record_is_stale_when_its_input_was_written_after_it(s
     assert again["processed"] == 1 and again["complete"]
 
 
+@pytest.mark.slow
 def test_inference_code_from_a_source_dir_is_part_of_the_model_that_made_an_output(scoring, backend):
     """With entry_point + source_dir each run creates a new model whose code lives under its own name; the
     same code in a new run is the same model (nothing runs), edited code is another (everything runs)."""
@@ -855,6 +873,7 @@ REQUIREMENTS_CODE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_the_models_code_requirements_are_installed_before_it_serves(backend, tmp_path):
     """The serving container installs code/requirements.txt before its model server starts (sagemaker-inference's
     model_server): the model's inference.py imports what only its requirements bring; a requirement that does not

@@ -159,6 +159,7 @@ SEEDS = (0, 1, 2)
 BUDGET = 15
 
 
+@pytest.mark.slow
 def test_bayesian_beats_random_on_a_known_objective(backend, tmp_path, source):
     """Same budget (15 trials, 2 at a time), same seeds: Optuna's Gaussian-process search finds a lower
     minimum than random search on average, and on most seeds."""
@@ -192,6 +193,7 @@ def test_bayesian_beats_random_on_a_known_objective(backend, tmp_path, source):
     assert sum(b < r for b, r in zip(bayes, rand)) >= 2
 
 
+@pytest.mark.slow
 def test_random_seed_makes_the_search_reproducible(backend, tmp_path, source):
     a, b, c = unique("seed-a"), unique("seed-b"), unique("seed-c")
     start(backend, tmp_path, source, name=a, strategy="Random", max_jobs=4, seed=11)
@@ -206,6 +208,7 @@ def test_random_seed_makes_the_search_reproducible(backend, tmp_path, source):
 
 
 # ---- Hyperband ---------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_hyperband_stops_trials_early_and_uses_fewer_resource_units_than_random(backend, tmp_path, source):
     """12 trials of 9 epochs each. Random runs every trial to the end; Hyperband (Optuna's HyperbandPruner,
     MinResource 2, MaxResource from the 'epochs' static hyperparameter) stops losers once their reported
@@ -242,6 +245,7 @@ def test_hyperband_stops_trials_early_and_uses_fewer_resource_units_than_random(
     assert dh["BestTrainingJob"]["TrainingJobStatus"] == "Completed"
 
 
+@pytest.mark.slow
 def test_early_stopping_auto_stops_trials_worse_than_the_median(backend, tmp_path, source):
     name = unique("auto")
     start(backend, tmp_path, source, name=name, strategy="Random", max_jobs=10, seed=4, epochs=6, sleep=0.25,
@@ -256,6 +260,7 @@ def test_early_stopping_auto_stops_trials_worse_than_the_median(backend, tmp_pat
 
 
 # ---- Grid ---------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_grid_covers_the_grid_exactly_and_describe_has_the_api_shape(backend, tmp_path, source):
     grid = {"learning_rate": [0.001, 0.03, 0.3], "depth": [2, 6, 9]}
     name = unique("grid")
@@ -297,6 +302,7 @@ def test_grid_covers_the_grid_exactly_and_describe_has_the_api_shape(backend, tm
 
 
 # ---- completion, failure, stop, warm start -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_target_objective_value_completes_before_the_budget(backend, tmp_path, source):
     name = unique("target")
     start(backend, tmp_path, source, name=name, strategy="Random", max_jobs=40, seed=3, target_objective_value=2.0)
@@ -309,6 +315,7 @@ def test_target_objective_value_completes_before_the_budget(backend, tmp_path, s
     assert n <= first_hit + 1 + 2  # at most the trials already running when the target was reached
 
 
+@pytest.mark.slow
 def test_failing_trials_fail_the_tuning_job_with_the_reason(backend, tmp_path, source):
     name = unique("fails")
     start(backend, tmp_path, source, name=name, strategy="Random", max_jobs=8, seed=0, fail=1)
@@ -324,6 +331,7 @@ def test_failing_trials_fail_the_tuning_job_with_the_reason(backend, tmp_path, s
     assert d["ObjectiveStatusCounters"]["Failed"] >= 3 and "BestTrainingJob" not in d
 
 
+@pytest.mark.slow
 def test_stop_ends_the_running_trials(backend, tmp_path, source):
     name = unique("stop")
     start(backend, tmp_path, source, name=name, strategy="Random", max_jobs=6, seed=0, epochs=300, sleep=0.2)
@@ -350,6 +358,7 @@ def test_stop_ends_the_running_trials(backend, tmp_path, source):
     backend.stop("tuning", name)  # stopping a stopped job is a no-op
 
 
+@pytest.mark.slow
 def test_warm_start_informs_the_search_with_the_parents_trials(backend, tmp_path, source):
     parent, child, wrong = unique("parent"), unique("child"), unique("wrong")
     start(backend, tmp_path, source, name=parent, strategy="Random", max_jobs=6, seed=1)
@@ -390,6 +399,7 @@ def test_what_cannot_run_locally_is_refused_before_anything_is_written(backend, 
 
 
 # ---- the operator and the sensor ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_operator_returns_the_best_trial_its_model_and_a_plot(tmp_path, source, monkeypatch):
     from airflow_smdist.operators.tuning import SmdistTuningOperator
     from airflow_smdist.sensors.tuning import SmdistTuningSensor
@@ -438,6 +448,7 @@ def test_operator_returns_the_best_trial_its_model_and_a_plot(tmp_path, source, 
     assert poked.xcom_value["model_artifacts"] == result["model_artifacts"]
 
 
+@pytest.mark.slow
 def test_sensor_waits_while_running_and_fails_on_a_failed_job(backend, tmp_path, source, monkeypatch):
     from airflow_smdist._compat import AirflowException
     from airflow_smdist.sensors.tuning import SmdistTuningSensor
@@ -452,6 +463,7 @@ def test_sensor_waits_while_running_and_fails_on_a_failed_job(backend, tmp_path,
         sensor.poke({})
 
 
+@pytest.mark.slow
 def test_deferred_tuning_waits_through_the_trigger_and_returns_the_same_result(tmp_path, source, monkeypatch):
     import asyncio
 
@@ -491,6 +503,7 @@ def test_deferred_tuning_waits_through_the_trigger_and_returns_the_same_result(t
     assert LocalBackend(tmp_path / "jobs").log_events("tuning", result["job_name"], cursor)[0] == []
 
 
+@pytest.mark.slow
 def test_a_failed_tuning_job_fails_its_task_with_the_reason_and_no_training_insight(tmp_path, source, monkeypatch,
                                                                                     caplog, capfd):
     """The tuning operator shares the training operator's arguments, not its insight (a tuning job has none:

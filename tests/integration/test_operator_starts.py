@@ -79,6 +79,7 @@ def run_tries(make_operator, contexts) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_two_tries_at_once_on_the_local_backend_end_with_one_job(tmp_path, local_root, source, monkeypatch):
     both_create_at_once(monkeypatch, LocalBackend)
     run_id = f"run-{uuid.uuid4().hex}"
@@ -96,6 +97,7 @@ def test_two_tries_at_once_on_the_local_backend_end_with_one_job(tmp_path, local
     assert LocalBackend(local_root).store.list("training") == [zombie["job_name"]]  # one job, no "-r2"
 
 
+@pytest.mark.slow
 def test_a_job_of_another_task_instance_is_still_refused(tmp_path, local_root, source, monkeypatch):
     """Two task instances given the same job_name, at once: the loser's error names the owner, no takeover."""
     both_create_at_once(monkeypatch, LocalBackend)

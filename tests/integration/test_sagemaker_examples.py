@@ -209,6 +209,7 @@ def test_pytorch_toolkit_mnist_imports_sagemaker_training_and_torchvision_and_tr
 MNIST_SAMPLE = os.path.join(os.path.dirname(EXAMPLES), "mnist_sample")
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_pytorch_inference_toolkit_mnist_model_classifies_real_digits_in_a_batch_transform(tmp_path, monkeypatch):
     """The PyTorch inference toolkit's own MNIST model, unmodified (its model_fn in code/mnist.py, the trained
@@ -271,6 +272,7 @@ def _abalone_csv(path, rows: int) -> None:
             f.write(",".join([rng.choice("MFI"), *cells, str(int(3 + length * 20))]) + "\n")
 
 
+@pytest.mark.slow
 @SKLEARN_1_2
 def test_scikit_learn_processing_script_importing_requests_preprocesses_in_a_processing_job(tmp_path, monkeypatch):
     """The Pipelines step-caching example's SKLearnProcessor script, unmodified, in a processing job of the

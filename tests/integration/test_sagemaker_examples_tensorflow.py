@@ -124,6 +124,7 @@ def _epochs(said: list[str]) -> list[tuple[float, float]]:
     return out
 
 
+@pytest.mark.slow
 @namespaced
 def test_train_dummy_unmodified_fails_as_a_network_isolated_sagemaker_job_does_without_the_real_mnist(
         tmp_path, monkeypatch):
@@ -143,6 +144,7 @@ def test_train_dummy_unmodified_fails_as_a_network_isolated_sagemaker_job_does_w
     assert f"URL fetch failure on {MNIST_URL}" in d["FailureReason"], d["FailureReason"]
 
 
+@pytest.mark.slow
 @namespaced
 @pytest.mark.parametrize("hosts, legacy_keras", [(1, False), (2, True)], ids=["one-host-keras3", "two-hosts-tf-keras"])
 def test_train_dummy_unmodified_trains_with_mwms_from_the_channels_keras_cache(tmp_path, monkeypatch, hosts,
@@ -169,6 +171,7 @@ def test_train_dummy_unmodified_trains_with_mwms_from_the_channels_keras_cache(t
         assert epochs[-1][1] < epochs[0][1] and epochs[-1][0] > 0.3, (host, epochs)  # chance is 0.1
 
 
+@pytest.mark.slow
 @namespaced
 def test_train_dummy_unmodified_with_keras3_on_two_hosts_fails_in_fit_as_on_the_tensorflow_2_16_image(
         tmp_path, monkeypatch):

@@ -43,6 +43,7 @@ def test_links_are_stored_as_their_targets_like_the_sdk(tmp_path):
     assert files(ours)["helper.py"] == (tarfile.REGTYPE, b"VALUE = 41\n")
 
 
+@pytest.mark.slow
 def test_a_job_whose_source_links_out_of_its_directory_runs(tmp_path):
     backend = LocalBackend(tmp_path / "jobs")
     name = f"links-{uuid.uuid4().hex[:8]}"

@@ -86,6 +86,7 @@ def messages(backend, name) -> list[str]:
     return [e.message for e in backend.log_events("training", name)[0]]
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_two_interruptions_resume_from_rank0_checkpoints_and_end_with_the_uninterrupted_loss(backend, tmp_path,
                                                                                               monkeypatch):
@@ -126,6 +127,7 @@ def test_two_interruptions_resume_from_rank0_checkpoints_and_end_with_the_uninte
     assert not any("same checkpoint key" in f for f in summary["findings"]), summary["findings"]
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_a_script_that_never_restores_restarts_from_zero_and_insight_reports_the_lost_work(backend, tmp_path,
                                                                                             monkeypatch):
@@ -144,6 +146,7 @@ def test_a_script_that_never_restores_restarts_from_zero_and_insight_reports_the
     assert digest["interruptions"][0]["lost"] == lost["lost"]
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_two_hosts_writing_one_checkpoint_key_are_flagged(backend, tmp_path):
     name, d = run(backend, tmp_path, hps={"writers": "all", "steps": 6, "sleep": 0.2})
@@ -157,6 +160,7 @@ def test_two_hosts_writing_one_checkpoint_key_are_flagged(backend, tmp_path):
                for f in summary["findings"]), summary["findings"]
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.parametrize("during", ["training", "capacity wait"])
 def test_max_wait_exceeded_ends_the_job_as_sagemaker_does(backend, tmp_path, monkeypatch, during):
@@ -179,6 +183,7 @@ def test_max_wait_exceeded_ends_the_job_as_sagemaker_does(backend, tmp_path, mon
         assert d["TrainingTimeInSeconds"] < 8  # ended at MaxWait, not after the whole capacity wait
 
 
+@pytest.mark.slow
 def test_a_job_without_managed_spot_is_not_interrupted_and_its_log_says_why(backend, tmp_path, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", "0.5")
     monkeypatch.setenv("SMDIST_LOCAL_ISOLATION", "none")
@@ -188,6 +193,7 @@ def test_a_job_without_managed_spot_is_not_interrupted_and_its_log_says_why(back
     assert any("ignored: the request has no EnableManagedSpotTraining" in m for m in messages(backend, name))
 
 
+@pytest.mark.slow
 def test_a_job_that_completes_before_its_next_interruption_says_how_many_of_them_happened(backend, tmp_path,
                                                                                           monkeypatch):
     """A rehearsal interrupts a try only while it trains: a try that completes first is not interrupted (as a
@@ -220,6 +226,7 @@ def test_the_connection_setting_wins_and_a_malformed_one_is_refused_before_anyth
     assert not list((tmp_path / "jobs").rglob("request.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("retries", [0, 1])
 def test_an_internal_instance_failure_is_retried_as_retry_strategy_says(backend, tmp_path, monkeypatch, retries):
     monkeypatch.setenv("SMDIST_LOCAL_INSTANCE_FAILURES", "1")
@@ -278,6 +285,7 @@ def test_the_sagemaker_backend_sends_the_same_request_with_or_without_the_rehear
     assert "interruption" not in json.dumps(sent[0]).lower() and "failure" not in json.dumps(sent[0]).lower()
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.torch
 def test_the_example_ddp_script_interrupted_twice_ends_with_the_uninterrupted_loss(backend, tmp_path, monkeypatch):

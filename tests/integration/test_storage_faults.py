@@ -19,6 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CONTRACT = os.path.join(REPO, "tests", "fixtures", "contract")
 
 
+@pytest.mark.slow
 def test_a_file_channel_does_not_follow_links_out_of_its_prefix(tmp_path):
     outside = tmp_path / "private"
     (outside / "dir").mkdir(parents=True)

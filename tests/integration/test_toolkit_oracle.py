@@ -143,6 +143,7 @@ def _normalized(view: dict, host_dir: Path, base: str) -> dict[str, str]:
     return {k: v.replace(str(host_dir), base) if isinstance(v, str) else v for k, v in view["env"].items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["process", "torch_distributed"])
 @pytest.mark.torch  # both kinds: the jobs fixture also runs the torchrun job
 def test_host_environment_matches_the_training_toolkit_key_by_key(jobs, toolkit_python, kind):
@@ -161,6 +162,7 @@ def test_host_environment_matches_the_training_toolkit_key_by_key(jobs, toolkit_
     assert not unexpected, json.dumps(unexpected, indent=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["process", "torch_distributed"])
 @pytest.mark.torch
 def test_entry_point_command_matches_the_toolkits_runner(jobs, toolkit_python, kind):

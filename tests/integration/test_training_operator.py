@@ -62,6 +62,7 @@ def test_stable_job_name_is_deterministic_valid_and_distinct():
     assert re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", long + "-r30")
 
 
+@pytest.mark.slow
 def test_runs_and_returns_a_small_json_result(tmp_path, data, local_root):
     op = operator(tmp_path, data)
     result = op.execute(context(f"run-{uuid.uuid4().hex}"))
@@ -73,6 +74,7 @@ def test_runs_and_returns_a_small_json_result(tmp_path, data, local_root):
     assert result["instance_count"] == 2 and result["hyperparameters"] == {}
 
 
+@pytest.mark.slow
 def test_blocking_wait_on_the_local_backend_ends_with_the_job_not_at_the_next_poll(tmp_path, data, local_root):
     """poll_interval governs the sagemaker backend; a local job's end is seen from its state file at once.
     With a 600 s interval the old wait slept 600 s after a job of about a second."""
@@ -83,6 +85,7 @@ def test_blocking_wait_on_the_local_backend_ends_with_the_job_not_at_the_next_po
     assert time.monotonic() - started < 300
 
 
+@pytest.mark.slow
 def test_retry_reattaches_to_the_running_job_instead_of_starting_a_second(tmp_path, data, local_root):
     run_id = f"run-{uuid.uuid4().hex}"
     first = operator(tmp_path, data, hyperparameters={"sleep": 4}, wait_for_completion=False)
@@ -100,6 +103,7 @@ def test_retry_reattaches_to_the_running_job_instead_of_starting_a_second(tmp_pa
     assert len(LocalBackend(local_root).list_jobs("training")) == 1
 
 
+@pytest.mark.slow
 def test_failed_attempt_gets_a_new_name_and_the_failure_is_reported(tmp_path, data, local_root):
     run_id = f"run-{uuid.uuid4().hex}"
     with pytest.raises(AirflowException) as info:
@@ -110,6 +114,7 @@ def test_failed_attempt_gets_a_new_name_and_the_failure_is_reported(tmp_path, da
     assert result["status"] == "Completed" and result["job_name"].endswith("-r2")
 
 
+@pytest.mark.slow
 def test_on_kill_stops_the_job(tmp_path, data, local_root):
     op = operator(tmp_path, data, hyperparameters={"sleep": 300}, wait_for_completion=False)
     started = op.execute(context(f"run-{uuid.uuid4().hex}"))
@@ -131,6 +136,7 @@ def test_templated_strings_are_coerced_before_any_job_starts(tmp_path, data, loc
     assert LocalBackend(local_root).list_jobs("training") == []
 
 
+@pytest.mark.slow
 def test_sensor_waits_for_a_job_started_elsewhere(tmp_path, data, local_root):
     from airflow_smdist.sensors.training import SageMakerDistributedTrainingSensor
 
@@ -158,6 +164,7 @@ def test_sensor_waits_for_a_job_started_elsewhere(tmp_path, data, local_root):
 LR_SCALING = {"base_learning_rate": 0.01, "base_batch_size": 32, "per_device_batch_size": 64, "warmup_epochs": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_lr_scaling_reaches_xcom_of_a_retried_and_of_a_deferred_task(tmp_path, data, local_root):
     """The try that built the request is not the one that returns the result when the task was deferred

@@ -49,6 +49,7 @@ CODE = b"def model_fn(model_dir):\n    return None\n\n" \
        b"    return f'{len(body.splitlines())} line(s) as {content_type}\\n', 'text/plain'\n"
 
 
+@pytest.mark.slow
 def test_with_the_defaults_each_object_is_one_request(tmp_path, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     (tmp_path / "in").mkdir()

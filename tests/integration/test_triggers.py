@@ -223,6 +223,7 @@ def test_a_trigger_rebuilt_after_a_triggerer_restart_resumes_the_log_without_rep
     assert [m for m in retry_lines if m.startswith("[algo-1]")] == [f"[algo-1] line {i}" for i in range(5)]
 
 
+@pytest.mark.slow
 def test_trigger_yields_the_terminal_status_and_streams_logs(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator

@@ -115,6 +115,7 @@ def build_error(tmp_path) -> str:
     return str(info.value)
 
 
+@pytest.mark.slow
 def test_a_runtime_build_with_an_untrusted_index_certificate_says_tls_failed(behind_the_index, tmp_path):
     url, _ca = behind_the_index
     error = build_error(tmp_path)
@@ -125,6 +126,7 @@ def test_a_runtime_build_with_an_untrusted_index_certificate_says_tls_failed(beh
     assert "does not install on this machine" not in error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["SSL_CERT_FILE", "pip.conf cert", "PIP_CERT"])
 def test_with_the_ca_given_a_runtime_build_gets_past_tls(behind_the_index, tmp_path, monkeypatch, how):
     _url, ca = behind_the_index

@@ -35,6 +35,7 @@ def ctx():
     return {"ti": SimpleNamespace(dag_id="d", task_id="long", map_index=-1), "run_id": uuid.uuid4().hex}
 
 
+@pytest.mark.slow
 def test_chain_resumes_link_after_link_until_the_marker(tmp_path, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     result = chain(tmp_path, hyperparameters={"units": 8, "seconds_per_unit": 0.5}, max_run=3,
@@ -50,6 +51,7 @@ def test_chain_resumes_link_after_link_until_the_marker(tmp_path, monkeypatch):
     assert (tmp_path / "ckpt" / "FINISHED").exists()
 
 
+@pytest.mark.slow
 def test_a_retry_of_a_finished_chain_returns_its_links_instead_of_none(tmp_path, monkeypatch):
     """A try killed after the chain finished (a zombie, a lost worker): the retry finds the finished marker, and
     returns the links the earlier try ran, each reattached to (no link is run again)."""
@@ -66,6 +68,7 @@ def test_a_retry_of_a_finished_chain_returns_its_links_instead_of_none(tmp_path,
     assert len(jobs) == len(result["links"]), jobs  # nothing started again
 
 
+@pytest.mark.slow
 def test_chain_is_bounded(tmp_path, monkeypatch):
     monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(tmp_path / "jobs"))
     with pytest.raises(AirflowException, match="not finished after 1 links"):
