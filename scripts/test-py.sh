@@ -3,6 +3,7 @@
 # (.venv-py<version>, kept and reused while pyproject.toml and this script are unchanged):
 #
 #   bash scripts/test-py.sh 3.12 [pytest args]
+#   SMDIST_INSTALL_ONLY=1 bash scripts/test-py.sh 3.12     # only make the venv
 #
 # The venv holds the provider with its [local,test] extras and the newest Airflow, as a user's `pip install
 # "airflow-smdist[local]"` gets them, and neither torch nor the SageMaker SDK: the only CPU torch on this
@@ -42,6 +43,8 @@ if heavy=$("$UV" pip list --python "$VENV/bin/python" 2>/dev/null | grep -Ei '^(
   echo "[py$PYV] the install pulled what it must not: $heavy" >&2; exit 1
 fi
 "$VENV/bin/python" -m compileall -q airflow_smdist >/dev/null
+# SMDIST_INSTALL_ONLY=1: make (or check) the venv and stop; CI makes it ahead, while other steps run
+[ "${SMDIST_INSTALL_ONLY:-}" != 1 ] || { echo "[py$PYV] $VENV is ready"; exit 0; }
 # (in the venv, not /tmp: a job's pip gets the worker's pip constraints, and a namespaced host has its own /tmp)
 NO_TORCH="$PWD/$VENV/no-torch-constraint.txt"
 echo "torch<0" >"$NO_TORCH"
@@ -49,4 +52,4 @@ echo "[py$PYV] $("$VENV/bin/python" -c 'import sys, airflow; print(sys.version.s
 # the tests named on the command line, else all of tests/
 where=(tests)
 for arg in "$@"; do [ -e "${arg%%::*}" ] && where=() && break; done
-PIP_CONSTRAINT="$NO_TORCH" exec "$VENV/bin/python" -m pytest "${where[@]}" -ra -q -p no:cacheprovider -m "not torch" "$@"
+PIP_CONSTRAINT="$NO_TORCH" exec bash scripts/pytest-two-phases.sh "$VENV/bin/python" "not torch" "${where[@]}" "$@"
