@@ -8,10 +8,14 @@
 #      marked serial (not slow, but they count calls against a clock).
 #
 #   bash scripts/pytest-two-phases.sh PYTHON MARKEXPR|"" [pytest args: paths, --durations, ...]
+# The tests named in the arguments, else all of tests/.
 # A phase that selects nothing (pytest's exit 5) is fine when the other ran tests; the exit is the first failure.
 # SMDIST_JUNIT=prefix writes prefix-parallel.xml and prefix-serial.xml.
 set -uo pipefail
 PY="$1"; BASE="$2"; shift 2
+where=(tests)
+for arg in "$@"; do [ -e "${arg%%::*}" ] && where=() && break; done
+set -- "${where[@]}" "$@"
 and() { if [ -n "$BASE" ]; then echo "($BASE) and $1"; else echo "$1"; fi; }
 junit() { [ -z "${SMDIST_JUNIT:-}" ] || echo "--junitxml=$SMDIST_JUNIT-$1.xml"; }
 "$PY" -m pytest -ra -q -p no:cacheprovider -m "$(and "not slow and not serial")" -n "${SMDIST_TEST_WORKERS:-4}" $(junit parallel) "$@"

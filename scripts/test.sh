@@ -5,6 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-where=(tests)
-for arg in "$@"; do [ -e "${arg%%::*}" ] && where=() && break; done
-exec bash scripts/pytest-two-phases.sh .venv/bin/python "" "${where[@]}" "$@"
+exec bash scripts/pytest-two-phases.sh .venv/bin/python "" "$@"
