@@ -14,12 +14,18 @@ STAMP=".venv/.smdist-setup-stamp"
 stamp="$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-12) $EXTRAS $(.venv/bin/python -V 2>&1)"
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$stamp" ]; then
   rm -f "$STAMP"
-  .venv/bin/python -m pip install --quiet --upgrade pip
   # the test venv: the local backend and the tests, plus what only Python 3.11 gets cheaply here: torch 2.13.0 in
   # the worker (torch-examples: the CPU wheel on this machine's disk is for 3.11 only) and the SageMaker SDK as the
   # tests' oracle (oracle: sagemaker-core needs importlib-metadata<7, which Airflow 3 on Python >= 3.12 cannot have).
   # SMDIST_EXTRAS overrides the extras (scripts/test-py.sh: "local,test" on 3.12 and 3.13).
-  .venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"
+  # Installed by uv (the [local] extra's own installer): measured here 43 s against pip's 260-297 s for the same
+  # packages (the same versions but one). uv reads no pip.conf: the find-links and mirrors pip is configured
+  # with are passed on (torch 2.13.0's CPU wheel lies in PIP_FIND_LINKS here)
+  .venv/bin/python -m pip install --quiet uv
+  uv_args=(--index-strategy unsafe-best-match)
+  for idx in /opt/pypi/simple /opt/pypi-more/simple; do [ -d "$idx" ] && uv_args+=(--extra-index-url "file://$idx"); done
+  for links in ${PIP_FIND_LINKS:-/opt/wheels}; do [ -e "$links" ] && uv_args+=(--find-links "$links"); done
+  .venv/bin/uv pip install --quiet --python .venv/bin/python "${uv_args[@]}" --upgrade pip -e ".[$EXTRAS]"
   echo "$stamp" >"$STAMP"
 else
   echo "setup: .venv is up to date with pyproject.toml ([$EXTRAS]); nothing to install"

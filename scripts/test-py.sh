@@ -49,5 +49,5 @@ fi
 NO_TORCH="$PWD/$VENV/no-torch-constraint.txt"
 echo "torch<0" >"$NO_TORCH"
 echo "[py$PYV] $("$VENV/bin/python" -c 'import sys, airflow; print(sys.version.split()[0], "Airflow", airflow.__version__)')"
-# (the tests named on the command line, else all of tests/: pytest-two-phases.sh)
-PIP_CONSTRAINT="$NO_TORCH" exec bash scripts/pytest-two-phases.sh "$VENV/bin/python" "not torch" "$@"
+# (the tests named on the command line, else all of tests/: pytest-phases.sh)
+PIP_CONSTRAINT="$NO_TORCH" exec bash scripts/pytest-phases.sh "$VENV/bin/python" "not torch" "$@"

@@ -47,7 +47,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 # -- the fast check's guard ----------------------------------------------------------------------------------------
 # The fast selections (`scripts/check.sh`: tests/unit, or with --all every test `-m "not slow"`) and
-# pytest-two-phases.sh's parallel phase must hold no test that runs a real job or builds an image runtime. So a
+# pytest-phases.sh's parallel phase must hold no test that runs a real job or builds an image runtime. So a
 # test not marked `slow` (pyproject's markers) fails here, in every run, the moment it starts a job's supervisor
 # or builds a runtime in this process (a `uv venv`), and after it ends if a job appeared under this process's job
 # roots (a job started by a subprocess: `airflow dags test`).

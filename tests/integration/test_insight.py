@@ -213,6 +213,7 @@ print(json.dumps({"without": without, "imported": imported.get("at"), "returned"
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # "imported while the job ran" needs the 4 s job to outlast the import: not so beside 4 workers
 def test_a_task_imports_matplotlib_while_it_waits_and_only_when_it_draws(tmp_path, local_root):
     """A task is a fresh process that pays matplotlib's import (about 0.5 CPU-s) every time: the operator
     imports it in the background while the job runs, and not at all when it draws nothing (insight=False)."""

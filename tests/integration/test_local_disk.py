@@ -157,6 +157,7 @@ def test_describe_of_a_dead_supervisors_job_on_a_full_disk_answers_without_raisi
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # failed beside 4 xdist workers: under load the full tmpfs showed another message
 def test_a_full_runtime_cache_says_so_instead_of_does_not_install(tmp_path, tmpfs):
     cache = tmpfs("cache", "2m")
     spec = runtimes.image_spec(OWN_IMAGE, environment={"SMDIST_LOCAL_REQUIREMENTS": "numpy"})
