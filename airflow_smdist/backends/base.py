@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -23,6 +24,11 @@ __all__ = ["JOB_KINDS", "KINDS", "JobKind", "kind_info"]  # re-exported: the reg
 
 RUNNING_STATES = frozenset({"InProgress", "Stopping", "Pending"})
 TERMINAL_STATES = frozenset({"Completed", "Failed", "Stopped"})
+#: a SageMaker job name, every kind's (the API's TrainingJobName, ProcessingJobName, ... pattern): 1 to 63 letters,
+#: digits and hyphens, starting and ending with a letter or digit; no path separators, no dots
+JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+#: what a user is told when a name is not one
+JOB_NAME_RULE = "a job name is 1 to 63 letters, digits and hyphens, starting and ending with a letter or digit"
 SUCCESS_STATES = frozenset({"Completed"})
 
 

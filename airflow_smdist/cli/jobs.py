@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from airflow_smdist.backends.base import JOB_KINDS, TERMINAL_STATES
+from airflow_smdist.backends.base import JOB_KINDS, JOB_NAME, JOB_NAME_RULE, TERMINAL_STATES
 
 #: request/description keys whose values are name -> value maps, masked by name
 MASKED_MAPS = frozenset({"HyperParameters", "StaticHyperParameters", "Environment"})
@@ -64,7 +64,10 @@ def _stdout_to_stderr() -> Iterator[None]:
 
 
 def find_job(backend: Any, name: str, kind: str | None = None) -> str:
-    """The kind of the job ``name`` (``kind`` when given): CommandError when none or several have it."""
+    """The kind of the job ``name`` (``kind`` when given): CommandError when ``name`` is not a job name, or when
+    none or several jobs have it."""
+    if not JOB_NAME.match(name):
+        raise CommandError(f"{name!r} is not a job name: {JOB_NAME_RULE}. Fix: give the name as `jobs list` shows it")
     kinds = [kind] if kind else sorted(JOB_KINDS)
     found = [k for k in kinds if backend.store.exists(k, name)]
     if not found:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 import threading
 import time
 from typing import Annotated, Any
@@ -32,11 +31,9 @@ from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from airflow_smdist.backends.base import JOB_KINDS, TERMINAL_STATES
+from airflow_smdist.backends.base import JOB_KINDS, JOB_NAME, TERMINAL_STATES
 from airflow_smdist.plugins import console_page as page
 
-#: a SageMaker job name (every kind's): no path separators, no dots
-JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 #: the signed-in Airflow user (Airflow's own dependency: the UI's session cookie or a bearer token). Module-level,
 #: so that FastAPI resolves the annotations (this module's are strings: ``from __future__ import annotations``)
 User = Annotated[Any, Depends(get_user)]

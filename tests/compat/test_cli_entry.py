@@ -42,3 +42,24 @@ def test_airflow_cli_serves_the_commands_where_it_takes_providers_commands(tmp_p
     if os.path.exists(script):  # installed with pip (the MWAA rows install the wheel, with its scripts)
         out = run([script, "jobs", "prune", "--older-than", "7d", "--dry-run", "-o", "json"], tmp_path)
         assert out.returncode == 0 and json.loads(out.stdout) == [], out.stderr[-2000:]
+
+
+NOT_A_NAME = ("Error: {!r} is not a job name: a job name is 1 to 63 letters, digits and hyphens, starting and ending "
+              "with a letter or digit. Fix: give the name as `jobs list` shows it")
+
+
+def test_a_name_that_is_no_job_name_gets_one_line_that_says_so(tmp_path):
+    """A path (``a/b``), a dotted name (``.creating.x``) or an empty one, given to each command that takes a job's
+    name: exit 1 and one line naming the name and the rule, no traceback and no job kind (none was looked up)."""
+    import pytest
+
+    from airflow_smdist.cli.definition import main
+
+    out = run([sys.executable, "-m", "airflow_smdist.cli", "jobs", "describe", "a/b"], tmp_path)  # as users meet it
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == NOT_A_NAME.format("a/b"), out.stderr
+    for command in ("describe", "logs", "stop"):
+        for name in (".creating.x", "../training/x", "x.y", "x-", "a" * 64):
+            with pytest.raises(SystemExit) as exit_:
+                main(["jobs", command, name, "--root", str(tmp_path / "jobs")])
+            assert exit_.value.code == NOT_A_NAME.format(name), (command, name)
