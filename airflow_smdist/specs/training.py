@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 DEFAULT_REGION = "us-east-1"
 INPUT_MODES = ("File", "FastFile", "Pipe")
 DISTRIBUTION_TYPES = ("FullyReplicated", "ShardedByS3Key")
+#: the frameworks whose SDK estimator requires py_version with framework_version (scikit-learn's and XGBoost's
+#: default to "py3")
+PY_VERSION_REQUIRED = ("pytorch", "tensorflow", "huggingface")
 #: The SageMaker SDK's script-mode hyperparameters (see docs/contracts.md §2.1).
 SCRIPT_MODE_KEYS = ("sagemaker_program", "sagemaker_submit_directory", "sagemaker_container_log_level",
                     "sagemaker_job_name", "sagemaker_region")
@@ -248,11 +251,33 @@ class ImageSection:
             if not self.framework_version:
                 raise SpecError("framework_version", f"is required with framework={self.framework!r}.",
                                 "pass framework_version='2.5' (see the SageMaker Deep Learning Containers list).")
+            self._check_py_version(region, cluster, distribution)
             return images.framework_image_uri(self.framework, self.framework_version, self.py_version,
                                               cluster.primary_type, region,
                                               base_framework_version=self.base_framework_version,
                                               distribution=distribution), []
         return str(self.image_uri), []
+
+    def _check_py_version(self, region: str, cluster: Cluster, distribution: dict[str, Any] | None) -> None:
+        """The SDK's estimators of these frameworks (PyTorch, TensorFlow, HuggingFace) refuse a framework image
+        without ``py_version`` (``fw_utils.validate_version_or_image_args``), where ``image_uris.retrieve`` alone
+        would default to an image's only Python: a DAG that passes here must not fail where the SDK builds it."""
+        if self.py_version or str(self.framework).lower() not in PY_VERSION_REQUIRED:
+            return
+        from airflow_smdist.specs import images
+
+        try:
+            uri = images.framework_image_uri(str(self.framework), str(self.framework_version), None,
+                                             cluster.primary_type, region,
+                                             base_framework_version=self.base_framework_version,
+                                             distribution=distribution)
+            found = re.search(r"-(py3\d*)(?:-|$)", uri.rsplit(":", 1)[-1])
+            which = f"py_version={found[1]!r} (that image's Python)" if found else "py_version"
+        except ValueError as exc:
+            which = "py_version (" + str(exc).rsplit("Supported ", 1)[-1].rstrip(".") + ")"
+        raise SpecError("py_version", f"is required with framework={self.framework!r}: the SageMaker Python SDK "
+                        "refuses a framework image without it (framework_version or py_version was None, yet "
+                        "image_uri was also None).", f"pass {which}, or image_uri.")
 
 
 @dataclass

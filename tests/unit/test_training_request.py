@@ -182,3 +182,29 @@ def test_validation_reports_every_problem_at_once():
     fields = sorted(e.field for e in info.value.errors)
     assert fields == ["CreateTrainingJob.AlgorithmSpecification.TrainingInputMode", "CreateTrainingJob.Bogus",
                       "CreateTrainingJob.ResourceConfig.InstanceType"]
+
+
+@pytest.mark.parametrize("framework, version, extra", [
+    ("pytorch", "2.5.1", {}), ("tensorflow", "2.16", {}),
+    ("huggingface", "4.49.0", {"base_framework_version": "pytorch2.5.1", "instance_type": "ml.g5.xlarge"})])
+def test_a_framework_image_without_py_version_is_refused_as_the_sdk_refuses_it(framework, version, extra):
+    """The SDK's estimators (fw_utils.validate_version_or_image_args) refuse framework_version without py_version
+    and without image_uri; so does the builder, before any request exists, naming the image's Python."""
+    fw_utils = pytest.importorskip("sagemaker.core.fw_utils")
+    with pytest.raises(ValueError, match="py_version was None"):
+        fw_utils.validate_version_or_image_args(version, None, None)
+    with pytest.raises(SpecError) as info:
+        script(framework=framework, framework_version=version, py_version=None, **extra)
+    assert info.value.field == "py_version"
+    assert "is required with framework=" in info.value.problem and "py_version=" in info.value.fix, str(info.value)
+    fw_utils.validate_version_or_image_args(version, "py311", None)  # with it, both accept
+    script(framework=framework, framework_version=version, py_version="py311" if framework != "tensorflow" else
+           "py310", **extra)
+
+
+def test_scikit_learn_and_xgboost_images_default_their_python_as_the_sdk_does():
+    for framework, version in (("sklearn", "1.2-1"), ("xgboost", "1.7-1")):
+        plan = script(framework=framework, framework_version=version, py_version=None, instance_type="ml.m5.xlarge",
+                      instance_count=1)
+        image = plan.request["AlgorithmSpecification"]["TrainingImage"]
+        assert image.endswith(f":{version}-cpu-py3" if framework == "sklearn" else f"sagemaker-xgboost:{version}")
