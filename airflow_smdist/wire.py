@@ -10,6 +10,8 @@ import this module, which is pure functions over the API's dicts and imports not
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,37 @@ DISTRIBUTION_FLAGS = ("sagemaker_mpi_enabled", "sagemaker_parameter_server_enabl
                       "sagemaker_distributed_dataparallel_enabled", "sagemaker_pytorch_ddp_enabled",
                       "sagemaker_pytorch_xla_multi_worker_enabled", "sagemaker_multi_worker_mirrored_strategy_enabled",
                       "sagemaker_torch_distributed_enabled")
+
+
+#: the tag a training or tuning job carries when its task declared ``secret_hyperparameters``: their names,
+#: space-separated, so that the console and CLI mask their values whatever the names look like (the values are in
+#: the request: SageMaker stores hyperparameters in clear). ``*``: every hyperparameter, where a name cannot be
+#: written in a tag (SageMaker's tag value: at most 256 of letters, digits, spaces and ``_.:/=+-@``)
+SECRET_HYPERPARAMETERS_TAG = "smdist:secret-hyperparameters"
+_TAG_NAME = re.compile(r"^[\w.:/=+\-@]+$")
+
+
+def secret_hyperparameters_tag(names: Iterable[str]) -> dict[str, str] | None:
+    """The :data:`SECRET_HYPERPARAMETERS_TAG` tag for the declared ``names`` (None when there are none)."""
+    names = list(dict.fromkeys(str(n) for n in names))
+    if not names:
+        return None
+    value = " ".join(names)
+    if len(value) > 256 or not all(_TAG_NAME.match(n) for n in names):
+        value = "*"
+    return {"Key": SECRET_HYPERPARAMETERS_TAG, "Value": value}
+
+
+def declared_secret(request: dict[str, Any]) -> Callable[[str], bool]:
+    """Whether a hyperparameter of the job that ``request`` (a Create* request, with its Tags) made was declared
+    secret by its task (:data:`SECRET_HYPERPARAMETERS_TAG`)."""
+    for tag in request.get("Tags") or []:
+        if isinstance(tag, dict) and tag.get("Key") == SECRET_HYPERPARAMETERS_TAG:
+            value = str(tag.get("Value") or "")
+            if value.strip() == "*":
+                return lambda name: True
+            return set(value.split()).__contains__
+    return lambda name: False
 
 
 def encode_hyperparameters(hps: dict[str, Any], *, script_mode: bool) -> dict[str, str]:

@@ -23,7 +23,11 @@ from airflow_smdist.backends.base import JOB_KINDS, JOB_NAME, JOB_NAME_RULE, TER
 
 #: request/description keys whose values are name -> value maps, masked by name
 MASKED_MAPS = frozenset({"HyperParameters", "StaticHyperParameters", "Environment"})
+#: those of them that hold hyperparameters (``secret_hyperparameters`` names these maps' entries)
+HYPERPARAMETER_MAPS = frozenset({"HyperParameters", "StaticHyperParameters"})
 MASK = "***"
+#: a masked value this short is not looked for in log lines
+MIN_SECRET_LENGTH = 4
 #: how often ``logs --follow`` looks for new lines when none came
 FOLLOW_POLL_SECONDS = 0.5
 
@@ -129,29 +133,82 @@ def jobs_list(args: argparse.Namespace) -> None:
     print_rows(list_rows(backend, args.kind, args.status, args.name_contains), args.output)
 
 
-def masked(value: Any, sensitive: Callable[[str], bool] | None = None) -> Any:
-    """``value`` with the secret-looking entries of its hyperparameter and environment maps replaced by ***."""
+def masked(value: Any, sensitive: Callable[[str], bool] | None = None,
+           declared: Callable[[str], bool] | None = None) -> Any:
+    """``value`` with the secret-looking entries of its hyperparameter and environment maps replaced by ***, and
+    the hyperparameters its task declared secret (``declared``; else read from ``value``'s own Tags, when it is
+    a Create* request: :func:`airflow_smdist.wire.declared_secret`), whatever their names."""
     if sensitive is None:
         from airflow_smdist._compat import sensitive_name
 
         sensitive = sensitive_name
+    if declared is None:
+        from airflow_smdist.wire import declared_secret
+
+        declared = declared_secret(value) if isinstance(value, dict) else (lambda name: False)
     if isinstance(value, list):
-        return [masked(v, sensitive) for v in value]
+        return [masked(v, sensitive, declared) for v in value]
     if not isinstance(value, dict):
         return value
     out = {}
     for key, item in value.items():
         if key in MASKED_MAPS and isinstance(item, dict):
-            out[key] = {n: MASK if sensitive(str(n)) else v for n, v in item.items()}
+            hidden = declared if key in HYPERPARAMETER_MAPS else (lambda name: False)
+            out[key] = {n: MASK if sensitive(str(n)) or hidden(str(n)) else v for n, v in item.items()}
         else:
-            out[key] = masked(item, sensitive)
+            out[key] = masked(item, sensitive, declared)
     return out
+
+
+def secret_values(request: dict[str, Any]) -> list[str]:
+    """The values :func:`masked` hides in ``request`` (a job's Create* request), longest first, as they appear
+    in the request and as the job's script sees them, to be masked in log lines too."""
+    found: set[str] = set()
+
+    def walk(raw: Any, shown: Any) -> None:
+        if isinstance(raw, dict) and isinstance(shown, dict):
+            for key, value in raw.items():
+                if shown.get(key) == MASK and isinstance(value, str) and value != MASK:
+                    found.add(value)
+                    found.add(_unquoted(value))  # hyperparameters are JSON-encoded: a script sees the string
+                else:
+                    walk(value, shown.get(key))
+        elif isinstance(raw, list) and isinstance(shown, list):
+            for r, s in zip(raw, shown):
+                walk(r, s)
+
+    walk(request, masked(request))
+    return sorted((v for v in found if len(v) >= MIN_SECRET_LENGTH), key=len, reverse=True)
+
+
+def _unquoted(value: str) -> str:
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return value
+    return decoded if isinstance(decoded, str) else value
+
+
+def redact(message: str, secrets: list[str]) -> str:
+    """``message`` with each of ``secrets`` (:func:`secret_values`) replaced by ***."""
+    for secret in secrets:
+        if secret in message:
+            message = message.replace(secret, MASK)
+    return message
 
 
 def jobs_describe(args: argparse.Namespace) -> None:
     backend = get_backend(args)
     kind = find_job(backend, args.name, args.kind)
-    print(json.dumps(masked(backend.describe(kind, args.name)), indent=2, default=str))
+    declared = _declared(backend, kind, args.name)
+    print(json.dumps(masked(backend.describe(kind, args.name), declared=declared), indent=2, default=str))
+
+
+def _declared(backend: Any, kind: str, name: str) -> Callable[[str], bool]:
+    """The hyperparameters the job's task declared secret (its request's tag)."""
+    from airflow_smdist.wire import declared_secret
+
+    return declared_secret(backend.store.request(kind, name))
 
 
 def _status(backend: Any, kind: str, name: str) -> str:
@@ -167,13 +224,14 @@ def jobs_logs(args: argparse.Namespace) -> None:
     come until the job ends. Each line once, in time order per read, as ``[host] line``."""
     backend = get_backend(args)
     kind = find_job(backend, args.name, args.kind)
+    secrets = secret_values(backend.store.request(kind, args.name))
     cursor: Any = None
     while True:
         done = not args.follow or _status(backend, kind, args.name) in TERMINAL_STATES  # before the read: nothing
         events, cursor = backend.log_events(kind, args.name, cursor)                 # written before it is missed
         for event in events:
             if _on_host(event.host, args.host):
-                sys.stdout.write(f"[{event.host}] {event.message}\n")
+                sys.stdout.write(f"[{event.host}] {redact(event.message, secrets)}\n")
         sys.stdout.flush()
         if done:
             return

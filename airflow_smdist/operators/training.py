@@ -92,10 +92,21 @@ class TrainingSpecOperator(SmdistJobOperator):
         if handler:
             spec_log.addHandler(handler)
         try:
-            return self.build_plan(job_name, local_uris)
+            return self.tag_secret_names(self.build_plan(job_name, local_uris))
         finally:
             if handler:
                 spec_log.removeHandler(handler)
+
+    def tag_secret_names(self, plan: TrainingPlan | TuningPlan) -> TrainingPlan | TuningPlan:
+        """The job records which hyperparameters its task declared secret (names only, in a tag), so that the
+        job page and ``smdist jobs describe``/``logs`` mask their values whatever the names look like."""
+        from airflow_smdist.wire import secret_hyperparameters_tag
+
+        tag = secret_hyperparameters_tag(self.secret_hyperparameters)
+        if tag:
+            kept = [t for t in plan.request.get("Tags") or [] if t.get("Key") != tag["Key"]]
+            plan.request["Tags"] = [*kept, tag]
+        return plan
 
     def check_secret_names(self) -> None:
         """Every name in ``secret_hyperparameters`` must be a hyperparameter: a typo would leave the secret

@@ -15,8 +15,6 @@ from urllib.parse import quote
 
 from airflow_smdist.backends.base import TERMINAL_STATES
 
-#: a value of a secret-looking hyperparameter or environment variable this short is not looked for in logs
-MIN_SECRET_LENGTH = 4
 #: how often the page asks for new log lines while the job runs (milliseconds)
 POLL_MS = 1500
 
@@ -51,50 +49,12 @@ def rows(backend: Any) -> list[dict[str, Any]]:
     return out
 
 
-def secret_values(request: dict[str, Any]) -> list[str]:
-    """The values of the request's secret-looking hyperparameters and environment variables (as the CLI masks
-    them), longest first, to be masked in log lines too."""
-    from airflow_smdist.cli.jobs import MASK, masked
-
-    found: set[str] = set()
-
-    def walk(raw: Any, shown: Any) -> None:
-        if isinstance(raw, dict) and isinstance(shown, dict):
-            for key, value in raw.items():
-                if shown.get(key) == MASK and isinstance(value, str) and value != MASK:
-                    found.add(value)
-                    found.add(_unquoted(value))  # hyperparameters are JSON-encoded: a script sees the string
-                else:
-                    walk(value, shown.get(key))
-        elif isinstance(raw, list) and isinstance(shown, list):
-            for r, s in zip(raw, shown):
-                walk(r, s)
-
-    walk(request, masked(request))
-    return sorted((v for v in found if len(v) >= MIN_SECRET_LENGTH), key=len, reverse=True)
-
-
-def _unquoted(value: str) -> str:
-    try:
-        decoded = json.loads(value)
-    except ValueError:
-        return value
-    return decoded if isinstance(decoded, str) else value
-
-
-def redact(message: str, secrets: list[str]) -> str:
-    from airflow_smdist.cli.jobs import MASK
-
-    for secret in secrets:
-        if secret in message:
-            message = message.replace(secret, MASK)
-    return message
-
-
 def new_lines(backend: Any, kind: str, name: str, cursor: Any,
               limit: int) -> tuple[list[dict[str, Any]], Any, dict[str, Any]]:
     """The log lines after ``cursor`` (``{t, host, m}``), the next cursor and the job's status. The status is
     read before the lines, so a job seen finished has no line left unread."""
+    from airflow_smdist.cli.jobs import redact, secret_values
+
     state = backend._live_state(kind, name)
     events, cursor = backend.log_events(kind, name, cursor)
     secrets = secret_values(backend.store.request(kind, name))
@@ -170,6 +130,8 @@ def _transitions(d: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any
 
 
 def _by_host(events: list[Any], secrets: list[str], limit: int) -> dict[str, dict[str, Any]]:
+    from airflow_smdist.cli.jobs import redact
+
     hosts: dict[str, dict[str, Any]] = {}
     for e in events:
         hosts.setdefault(e.host, {"lines": [], "dropped": 0})["lines"].append(redact(e.message, secrets))
@@ -181,7 +143,7 @@ def _by_host(events: list[Any], secrets: list[str], limit: int) -> dict[str, dic
 
 def job_view(backend: Any, kind: str, name: str, *, max_events: int) -> dict[str, Any]:
     """Everything the job page shows (``raw_cursor``: where following its log goes on)."""
-    from airflow_smdist.cli.jobs import job_row, masked
+    from airflow_smdist.cli.jobs import job_row, masked, secret_values
 
     request = backend.store.request(kind, name)
     d = backend.describe(kind, name)

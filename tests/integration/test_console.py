@@ -4,6 +4,7 @@ carries them) and authorization (viewer: read; user: edit task instances)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -15,13 +16,17 @@ import pytest
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
 
-pytestmark = [pytest.mark.slow,
+# its module fixture is costly (pytest-xdist would make it on each worker): one worker runs the module
+pytestmark = [pytest.mark.xdist_group("console"),
+              pytest.mark.slow,
               pytest.mark.skipif(not AIRFLOW_V_3_0_PLUS, reason="the job page is served by Airflow 3's api-server")]
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1"
 SECRET = "tok-SECRET-42"
 ENV_SECRET = "pw-SECRET-43"
+#: the value of a hyperparameter whose name (hf_auth) does not look secret: only its declaration says it is
+DECLARED_SECRET = "hf-SECRET-44"
 #: a job that prints numbered lines on every host (and its token, once), then holds if asked
 SAY = """
 import argparse, os, time
@@ -30,9 +35,12 @@ p.add_argument("--lines", type=int, default=3)
 p.add_argument("--pause", type=float, default=0.1)
 p.add_argument("--hold", type=int, default=0)
 p.add_argument("--api_token", default="")
+p.add_argument("--hf_auth", default="")
 a, _ = p.parse_known_args()
 host = os.environ["SM_CURRENT_HOST"]
 print(f"{host} token {a.api_token} password {os.environ.get('DB_PASSWORD')}", flush=True)
+if a.hf_auth:
+    print(f"{host} auth {a.hf_auth}", flush=True)
 for i in range(a.lines):
     print(f"{host} line {i}", flush=True)
     time.sleep(a.pause)
@@ -189,6 +197,45 @@ def test_secrets_are_masked_in_the_request_and_in_log_lines(client, env, finishe
     logs = get(client, env, "admin", f"/smdist/jobs/training/{finished}/logs").json()
     assert logs["done"] is True and logs["status"] == "Completed"
     assert logs["events"] and not [e for e in logs["events"] if SECRET in e["m"] or ENV_SECRET in e["m"]]
+
+
+def test_a_hyperparameter_declared_secret_is_masked_whatever_its_name(client, env, monkeypatch):
+    """``hf_auth`` does not look secret by its name. Declared in ``secret_hyperparameters``, its value (which the
+    script prints) is masked on the job page, in its log lines, and by `smdist jobs describe` and `jobs logs`."""
+    from types import SimpleNamespace
+
+    from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+
+    root = env["root"]
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(root / "jobs"))
+    name = f"declared-{uuid.uuid4().hex[:8]}"
+    op = SageMakerDistributedTrainingOperator(
+        task_id="declared", job_name=name, entry_point="say.py", source_dir=str(root / "src"), image_uri=IMAGE,
+        role=ROLE, instance_count=1, inputs={"train": f"file://{root}/data"}, output_path=f"file://{root}/out",
+        hyperparameters={"lines": 1, "pause": 0, "hf_auth": DECLARED_SECRET}, secret_hyperparameters=["hf_auth"],
+        insight=False, poll_interval=0.3)
+    ti = SimpleNamespace(dag_id="declared", task_id="declared", map_index=-1, try_number=1,
+                         xcom_push=lambda *a, **k: None)
+    assert op.execute({"ti": ti, "run_id": "manual"})["status"] == "Completed"
+    raw = json.dumps(env["backend"].store.request("training", name))
+    assert DECLARED_SECRET in raw  # the job got it (SageMaker keeps hyperparameters in clear too)
+    page = get(client, env, "viewer", f"/smdist/jobs/training/{name}").text
+    assert "algo-1 auth ***" in page and DECLARED_SECRET not in page
+    assert re.search(r"&quot;hf_auth&quot;: &quot;\*\*\*&quot;", page)
+    logs = get(client, env, "viewer", f"/smdist/jobs/training/{name}/logs").json()
+    assert [e["m"] for e in logs["events"] if "auth" in e["m"]] == ["algo-1 auth ***"]
+    smdist = [sys.executable, "-m", "airflow_smdist.cli", "jobs"]
+    where = ["--root", str(root / "jobs")]
+    cli_env = {k: v for k, v in os.environ.items() if k != "AIRFLOW__CORE__UNIT_TEST_MODE"}  # as a user runs it
+    described = subprocess.run([*smdist, "describe", name, *where], capture_output=True, text=True, timeout=120,
+                               env=cli_env)
+    assert described.returncode == 0 and described.stdout.startswith("{"), described.stdout[:2000]
+    assert json.loads(described.stdout)["HyperParameters"]["hf_auth"] == "***"
+    assert DECLARED_SECRET not in described.stdout
+    logged = subprocess.run([*smdist, "logs", name, *where], capture_output=True, text=True, timeout=120,
+                            env=cli_env)
+    assert logged.returncode == 0 and "[algo-1] algo-1 auth ***" in logged.stdout, logged.stderr[-2000:]
+    assert DECLARED_SECRET not in logged.stdout
 
 
 def test_following_a_running_job_returns_only_new_lines_and_stop_stops_it(client, env):

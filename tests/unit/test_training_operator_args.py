@@ -51,3 +51,25 @@ def test_log_level_model_dir_and_a_v3_distributed_config_reach_the_request(tmp_p
     assert op.distributed == {"torchrun": {}}  # plain data on the operator (templated, serialized with the DAG)
     hps = op.plan("job-2", "sagemaker").request["HyperParameters"]
     assert hps["sagemaker_torch_distributed_enabled"] == "true"
+
+
+@pytest.mark.parametrize("names, tag", [(["hf_auth"], "hf_auth"), (["hf_auth", "db.key"], "hf_auth db.key"),
+                                        (["bad,name"], "*"), ([f"n{i:03d}" for i in range(70)], "*")])
+def test_the_job_records_its_secret_hyperparameters_names_and_the_cli_masks_them(names, tag):
+    """The request carries the declared names in a tag SageMaker accepts (botocore's model: a value of at most 256
+    of its characters; "*", every hyperparameter, where the names cannot be written there), and the CLI's and the
+    job page's masking (cli.jobs.masked, secret_values) hides their values whatever the names look like."""
+    from airflow_smdist.cli.jobs import masked, secret_values
+    from airflow_smdist.specs.validate import validate_request
+
+    hps = {**{n: f"value-of-{n}" for n in names}, "epochs": 3}
+    op = SageMakerDistributedTrainingOperator(
+        task_id="t", output_path="s3://b/out", image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1",
+        role="arn:aws:iam::123456789012:role/R", hyperparameters=hps, secret_hyperparameters=names)
+    request = op.plan("job-1", "sagemaker").request
+    assert {"Key": "smdist:secret-hyperparameters", "Value": tag} in request["Tags"]
+    validate_request("CreateTrainingJob", request)
+    shown = masked(request)["HyperParameters"]
+    assert all(shown[n] == "***" for n in names)
+    assert (shown["epochs"] == "***") == (tag == "*")
+    assert set(secret_values(request)) >= {f"value-of-{n}" for n in names}
