@@ -149,7 +149,8 @@ def test_own_image_with_declared_requirements_runs_in_them(backend, tmp_path):
 
     compiled = subprocess.run([runtimes.uv_binary(), "pip", "compile", "-", "--quiet", "--no-header",
                                "--only-binary", ":all:", *runtimes.uv_source_args()], input="six\n",
-                              capture_output=True, text=True, check=True).stdout
+                              capture_output=True, text=True, check=True,
+                              env={**os.environ, **runtimes.uv_index_env()}).stdout
     newest = next(line.split("==")[1].strip() for line in compiled.splitlines() if line.startswith("six=="))
     runtime_line = next(m for m in lines if m.startswith("runtime: own:1 ["))
     assert f"six {newest}]" in runtime_line, (runtime_line, newest)

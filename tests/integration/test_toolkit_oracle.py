@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from airflow_smdist.backends.local import LocalBackend
-from airflow_smdist.backends.local.job.runtimes import file_lock, uv_binary, uv_source_args
+from airflow_smdist.backends.local.job.runtimes import file_lock, uv_binary, uv_index_env, uv_source_args
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.training import build_training
 
@@ -61,7 +61,7 @@ def toolkit_python() -> str:
             uv = uv_binary()
             subprocess.run([uv, "venv", "--quiet", "--clear", "--python", sys.executable, str(root)], check=True)
             subprocess.run([uv, "pip", "install", "--quiet", "--python", str(python), *uv_source_args(), *TOOLKITS],
-                           check=True)
+                           check=True, env={**os.environ, **uv_index_env()})
             marker.write_text("\n".join(TOOLKITS))
     return str(python)
 

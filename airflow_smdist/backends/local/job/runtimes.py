@@ -257,7 +257,8 @@ def _with_platform(rt: Runtime, job_dir: str | os.PathLike[str] | None) -> Runti
     shim = job_bin / "pip"
     shim.write_text(PIP_SHIM.format(uv=shlex.quote(uv_binary()), python=shlex.quote(rt.python),
                                     layer=shlex.quote(str(layer)), sources=shlex.join(uv_source_args()),
-                                    tls="".join(f"export {k}={shlex.quote(v)}\n" for k, v in job_tls_env().items())))
+                                    tls="".join(f"export {k}={shlex.quote(v)}\n" for k, v in
+                                                {**job_tls_env(), **uv_index_env(credentials=False)}.items())))
     shim.chmod(0o755)
     for alias in ("pip3",):
         (job_bin / alias).unlink(missing_ok=True)
@@ -606,20 +607,63 @@ def tls_error(field_name: str, what: str, line: str, output: str) -> RuntimeSetu
 
 
 def uv_source_args() -> list[str]:
+    """uv's arguments for pip's package sources: find-links, the index strategy, constraints. The indexes
+    themselves go in uv's environment (:func:`uv_index_env`): an index URL may hold its credentials
+    (``https://user:password@host/simple``), and a command line is shown to every local user (``ps``)."""
     cfg = _pip_config()
     args: list[str] = []
     for link in cfg["find-links"]:
         args += ["--find-links", link]
-    for url in cfg["index-url"][:1]:
-        args += ["--index-url", url]
-    for url in cfg["extra-index-url"]:
-        args += ["--extra-index-url", url]
     if cfg["extra-index-url"]:
         args += ["--index-strategy", "unsafe-best-match"]  # pip's way: the best version over all indexes
     for path in cfg["constraint"]:
         if os.path.isfile(path):
             args += ["--constraint", path]
     return args
+
+
+def uv_index_env(credentials: bool = True) -> dict[str, str]:
+    """pip's index URLs as uv reads them from its environment (``UV_INDEX_URL``, ``UV_EXTRA_INDEX_URL``);
+    ``credentials=False``: without the user and password a URL holds (what a job's own ``pip`` gets: a
+    container has none of the worker's credentials)."""
+    cfg = _pip_config()
+    keep = (lambda url: url) if credentials else without_credentials
+    env: dict[str, str] = {}
+    if cfg["index-url"]:
+        env["UV_INDEX_URL"] = keep(cfg["index-url"][0])
+    if cfg["extra-index-url"]:
+        env["UV_EXTRA_INDEX_URL"] = " ".join(keep(url) for url in cfg["extra-index-url"])
+    return env
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without the ``user:password@`` of its authority."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def installer_env() -> dict[str, str]:
+    """What a job's pre-run install (inside a host) adds to the host's environment: the machine's CA settings
+    and pip's indexes with their credentials; the installer's own environment, never a file the job reads."""
+    return {**job_tls_env(), **uv_index_env()}
+
+
+def _source_key() -> list[str]:
+    """The package sources as a runtime's cache key has always held them (one list of uv arguments, the
+    indexes' credentials left out)."""
+    cfg = _pip_config()
+    args: list[str] = []
+    for link in cfg["find-links"]:
+        args += ["--find-links", link]
+    for url in cfg["index-url"][:1]:
+        args += ["--index-url", without_credentials(url)]
+    for url in cfg["extra-index-url"]:
+        args += ["--extra-index-url", without_credentials(url)]
+    return args + [a for a in uv_source_args() if a != "--find-links" and a not in cfg["find-links"]]
 
 
 def source_paths() -> list[str]:
@@ -685,6 +729,7 @@ def _clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "UV_PYTHON")}
     env.update(tls_env())
+    env.update(uv_index_env())
     return env
 
 
@@ -979,7 +1024,7 @@ def build(spec: ImageSpec, cache: Path, log: Callable[[str], None] = lambda _m: 
     torch = runtime_torch() if "torch" in spec.pins else None
     sources = uv_source_args()
     version = ".".join(str(n) for n in sys.version_info[:3])  # base_python() is this very Python
-    key = cache_key(spec, version, sources, torch)
+    key = cache_key(spec, version, _source_key(), torch)
     final = cache / key
     if (final / "runtime.json").exists():
         return load(final, spec)

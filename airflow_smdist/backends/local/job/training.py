@@ -235,7 +235,7 @@ class TrainingSupervisor(JobSupervisor):
         self.make_entry_executable(cluster)
         if code.is_dir() and entry:
             self.runtime, first = rt, cluster.hosts[0]  # what the installing host sees (keep_paths)
-            env = {**rt.apply(self.base_env()), **runtimes.job_tls_env()}
+            env = {**rt.apply(self.base_env()), **runtimes.installer_env()}
             inside = "/opt/ml/code" if self.isolation == "namespace" else str(code)
             rt = runtimes.install_layer(rt, code, self.dir / "layer", log=self.say, cwd=inside,
                                         run=lambda cmd, cwd: self.run_in_host(first, cmd, env, cwd, self.say))

@@ -288,7 +288,7 @@ class TransformSupervisor(JobSupervisor):
             return self.runtime
         inside = f"/opt/ml/{rel}" if self.isolation == "namespace" else str(code)
         env = {**self.runtime.apply(self.worker_env(container, host, str(self.host_dir(host)), 1)),
-               **runtimes.job_tls_env()}
+               **runtimes.installer_env()}
         rt = runtimes.install_layer(self.runtime, code, self.dir / "layer", log=self.say, cwd=inside,
                                     run=lambda cmd, cwd: self.run_in_host(host, cmd, env, cwd, self.say),
                                     installer="the serving container's, before its model server starts")
