@@ -139,3 +139,44 @@ def test_a_code_directorys_setup_py_runs_inside_the_host_with_the_hosts_environm
     assert seen["hostname"] == "algo-1" and seen["cwd"] == "/opt/ml/code"
     assert all(v.startswith("FileNotFoundError") for v in seen["read"].values()), seen["read"]
     assert not any(k.startswith(("AIRFLOW", "SMDIST_TEST", "AWS_ACCESS", "AWS_SECRET")) for k in seen["environ"])
+
+
+def test_a_secret_hyperparameter_shows_in_no_command_line_but_its_scripts_own(tmp_path):
+    """A hyperparameter reaches the script as SageMaker passes it (``--name value`` on its command line); no other
+    process of the job shows it to the machine's other users (``ps``): not the hosts' init, which takes its spec
+    (the script's command line included) through a file descriptor. A sampler reads every process's
+    /proc/<pid>/cmdline while the job runs."""
+    import threading
+    import time
+
+    secret = f"hf-SECRET-{uuid.uuid4().hex[:8]}"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "hold.py").write_text("import sys, time\nassert '--hf_auth' in sys.argv\ntime.sleep(3)\n")
+    backend = LocalBackend(tmp_path / "jobs")
+    found: set[str] = set()
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            for pid in os.listdir("/proc"):
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if pid.isdigit() else b""
+                except OSError:
+                    continue
+                if secret.encode() in cmdline:
+                    found.add(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    name = f"argv-{uuid.uuid4().hex[:8]}"
+    try:
+        submit(backend, tmp_path, name, {"hf_auth": secret}, entry="hold.py", source=str(src), instance_count=2)
+        assert wait(backend, "training", name)["TrainingJobStatus"] == "Completed"
+    finally:
+        stop.set()
+        sampler.join(5)
+    assert found, "the sampler never saw the script's own command line"
+    others = [c for c in found if " -- hold.py " not in c or "hostinit" in c or "unshare" in c]
+    assert others == [], others

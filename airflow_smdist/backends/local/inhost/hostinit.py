@@ -1,4 +1,4 @@
-"""The init process of one simulated host: ``python -I -S hostinit.py '<spec json>'``.
+"""The init process of one simulated host: ``python -I -S hostinit.py <fd>``, its spec's JSON read from ``fd``.
 
 A SageMaker instance runs the training container; the container ends when its entry point ends, taking
 every process it started with it (daemons included), and nothing of it outlives the job. This program
@@ -293,8 +293,16 @@ def wait_for_go(lifeline: int) -> None:
         os._exit(125)
 
 
+def read_spec(fd: int) -> dict[str, Any]:
+    """The host's spec, from the file descriptor the supervisor passed (never on the command line: it holds
+    the script's arguments); closed, so the script does not inherit it."""
+    with os.fdopen(fd, "rb") as f:
+        spec: dict[str, Any] = json.loads(f.read())
+    return spec
+
+
 def main() -> None:
-    spec = json.loads(sys.argv[1])
+    spec = read_spec(int(sys.argv[1]))
     lifeline, ready = spec["lifeline"], spec.get("ready")
     os.set_inheritable(lifeline, False)
     if spec["isolation"] == "namespace":

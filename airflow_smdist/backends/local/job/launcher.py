@@ -216,10 +216,15 @@ def spawn_host(argv: list[str], *, env: dict[str, str], cwd: str, stdout: int | 
             "host_dir": host_dir, "hostname": hostname, "etc_hosts": etc_hosts, "home": env.get("HOME"),
             "ro": [*view.ro, *interpreter_paths(), provider_code()], "rw": list(view.rw),
             "hide": list(view.hide)}
-    cmd = [sys.executable, "-I", "-S", HOSTINIT, json.dumps(spec)]
+    # the spec (the host's command line: the script's hyperparameters, secret ones too) reaches the host's init
+    # through a file descriptor, not its command line, which every local user sees (ps) for the job's lifetime
+    spec_fd = os.memfd_create("smdist-host-spec")
+    os.write(spec_fd, json.dumps(spec).encode())
+    os.lseek(spec_fd, 0, os.SEEK_SET)
+    cmd = [sys.executable, "-I", "-S", HOSTINIT, str(spec_fd)]
     if isolation == "namespace":
         cmd = [*unshare_prefix(), *cmd]
-    fds = [fd for fd in (life_r, ready_w) if fd is not None]
+    fds = [fd for fd in (life_r, ready_w, spec_fd) if fd is not None]
     try:
         proc = subprocess.Popen(cmd, env=env, cwd=host_dir, stdout=stdout, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=fds)
