@@ -286,6 +286,7 @@ def test_the_sagemaker_backend_sends_the_same_request_with_or_without_the_rehear
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # interruptions at times read off a first run: beside another job, a try outran its second one
 @needs_namespaces
 @pytest.mark.torch
 def test_the_example_ddp_script_interrupted_twice_ends_with_the_uninterrupted_loss(backend, tmp_path, monkeypatch):
