@@ -480,3 +480,19 @@ def test_module_imports_nothing_heavy():
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_launcher_the_local_backend_does_not_run_is_refused_with_the_launchers_of_its_framework():
+    """TensorFlow's parameter_server: the fix names what runs locally for TensorFlow, not PyTorch's launchers."""
+    from airflow_smdist.backends.local.job import training
+    from airflow_smdist.specs.errors import SpecError
+    from airflow_smdist.specs.training import build_training
+
+    plan = build_training(job_name="ps", role="arn:aws:iam::123456789012:role/R", output_path="s3://b/o",
+                          entry_point="train.py", source_dir="s3://b/src/sourcedir.tar.gz", framework="tensorflow",
+                          framework_version="2.16", py_version="py310", instance_type="ml.c5.xlarge",
+                          instance_count=2, distribution={"parameter_server": {"enabled": True}})
+    with pytest.raises(SpecError) as info:
+        training.check_request(plan.request)
+    assert info.value.field == "distribution.parameter_server"
+    assert "multi_worker_mirrored_strategy" in info.value.fix and "torch" not in info.value.fix, info.value.fix

@@ -671,6 +671,15 @@ def program_of(request: dict[str, Any]) -> str | None:
     return str(program) if program else None
 
 
+#: the launchers the local backend does not run: (hyperparameter, distribution key, what runs locally instead for
+#: the frameworks that have that launcher: parameter_server is TensorFlow's and MXNet's, pytorchxla PyTorch's)
+LAUNCHERS_NOT_RUN = (
+    ("sagemaker_parameter_server_enabled", "parameter_server",
+     "multi_worker_mirrored_strategy (TensorFlow) or mpi (TensorFlow, MXNet)"),
+    ("sagemaker_pytorch_xla_multi_worker_enabled", "pytorchxla", "torch_distributed, pytorchddp or mpi"),
+)
+
+
 def check_request(request: dict[str, Any]) -> None:
     """What the local backend cannot run, refused before anything is written, with the way out."""
     spec = request["AlgorithmSpecification"]
@@ -693,11 +702,10 @@ def check_request(request: dict[str, Any]) -> None:
     if "Pipe" in modes:
         raise SpecError("TrainingInputMode", "Pipe mode is not emulated by the local backend.",
                         "use File or FastFile locally (both stage the channel as files).")
-    for key, what in (("sagemaker_parameter_server_enabled", "parameter_server"),
-                      ("sagemaker_pytorch_xla_multi_worker_enabled", "pytorchxla")):
+    for key, what, instead in LAUNCHERS_NOT_RUN:
         if json.loads(hps.get(key, "false") or "false") is True:
             raise SpecError(f"distribution.{what}", f"the {what} launcher is not run by the local backend.",
-                            "use torch_distributed, pytorchddp or mpi locally, or backend='sagemaker'.")
+                            f"use {instead} locally, or backend='sagemaker'.")
     # in image runtimes, runtimes.check_image asks the job's runtime (it knows the declared ones)
     from airflow_smdist.backends.local.job import mpi
 
