@@ -104,9 +104,10 @@ def job_row(backend: Any, kind: str, name: str) -> dict[str, Any]:
     end = state.get("ended") or (time.time() if state["status"] not in TERMINAL_STATES else None)
     return {"kind": kind, "name": name, "status": state["status"],
             "secondary_status": state.get("secondary_status"), "started": _iso(started),
-            "duration": _duration(end - started) if started and end else None,
+            "duration": int(max(0.0, end - started)) if started and end else None,
             "dag_id": owner.dag_id if owner else None, "task_id": owner.task_id if owner else None,
-            "run_id": owner.run_id if owner else None, "try_number": owner.try_number if owner else None}
+            "run_id": owner.run_id if owner else None,
+            "try_number": int(owner.try_number) if owner and str(owner.try_number).isdigit() else None}
 
 
 def list_rows(backend: Any, kind: str | None, status: str | None, name_contains: str | None) -> list[dict[str, Any]]:
@@ -122,9 +123,20 @@ def list_rows(backend: Any, kind: str | None, status: str | None, name_contains:
 
 
 def print_rows(rows: list[dict[str, Any]], output: str) -> None:
-    """As Airflow's own commands print (``AirflowConsole``: table, json, yaml, plain)."""
+    """As Airflow's own commands print (``AirflowConsole``: table, json, yaml, plain). In json and yaml, numbers
+    are numbers (``duration`` in seconds, ``try_number``); a table shows the duration as H:MM:SS."""
+    if output == "json":  # (AirflowConsole turns every value into a string)
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    if output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(rows, sort_keys=False, default_flow_style=False), end="")
+        return
     from airflow.cli.simple_table import AirflowConsole
 
+    rows = [{**r, "duration": _duration(r["duration"])} if isinstance(r.get("duration"), (int, float)) else r
+            for r in rows]
     AirflowConsole().print_as(data=rows, output=output)
 
 

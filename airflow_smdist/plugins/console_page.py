@@ -222,8 +222,11 @@ def _summary_html(view: dict[str, Any]) -> str:
     failure = f"<p><b>Failure:</b> {e(view['failure'])}</p>" if view.get("failure") else ""
     stop = ("<button id=stop type=button>Stop</button> <span id=stop-result class=muted></span>"
             if view["may_stop"] and view["status"] not in TERMINAL_STATES else "")
+    from airflow_smdist.cli.jobs import _duration
+
+    took = _duration(row["duration"]) if row.get("duration") is not None else None
     facts = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in (
-        ("Kind", e(view["kind"])), ("Started", e(row.get("started"))), ("Duration", e(row.get("duration"))),
+        ("Kind", e(view["kind"])), ("Started", e(row.get("started"))), ("Duration", e(took)),
         ("DAG / task / run", _owner(row))))
     return (f"<p><span id=status>{_status(view['status'], view['secondary_status'])}</span> {stop}</p>{failure}"
             f"<table>{facts}</table>")

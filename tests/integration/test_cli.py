@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -108,14 +109,15 @@ def test_list_describe_and_stop_real_jobs(home, backend):
     assert listed[done] | {"started": None, "duration": None} == {
         "kind": "training", "name": done, "status": "Completed", "secondary_status": "Completed",
         "started": None, "duration": None, "dag_id": "some_dag", "task_id": "train",
-        "run_id": "manual__2024-01-01T00:00:00+00:00", "try_number": "2"}
+        "run_id": "manual__2024-01-01T00:00:00+00:00", "try_number": 2}  # numbers as numbers in json
     assert listed[running]["status"] == "InProgress" and listed[running]["dag_id"] is None
-    assert listed[done]["started"] and listed[done]["duration"].count(":") == 2
+    assert listed[done]["started"] and isinstance(listed[done]["duration"], int) and listed[done]["duration"] >= 0
     only = rows(cli(env, "jobs", "list", "--status", "InProgress", "--name-contains", "cli-", "-o", "json"))
     assert [r["name"] for r in only] == [running]
     table = cli(env, "jobs", "list", "--name-contains", done, script="smdist")  # the console script: the same
     assert table.returncode == 0 and done in table.stdout and running not in table.stdout, table.stderr[-2000:]
     assert "some_dag" in table.stdout and "Completed" in table.stdout
+    assert re.search(r"\b\d+:\d\d:\d\d\b", table.stdout), table.stdout  # a table shows H:MM:SS
 
     described = cli(env, "jobs", "describe", done)
     assert described.returncode == 0, described.stderr[-2000:]
