@@ -51,7 +51,11 @@ JOBS_COMMANDS = (
         func=lazy_load_command(_JOBS + "jobs_logs"),
         args=(ARG_NAME, ARG_KIND, _arg("-f", "--follow", help="Follow the log until the job ends",
                                       action="store_true"),
-              _arg("--host", help="Only this simulated host's lines (algo-1, algo-2, ...)", default=None), *COMMON),
+              _arg("--host", help="Only this simulated host's lines (algo-1, algo-2, ...)", default=None),
+              _arg("-t", "--timestamps", help="Start each line with its time (UTC, ISO 8601)", action="store_true"),
+              _arg("--tail", help="Only the last N lines written so far (then, with --follow, the new ones)",
+                   type=int, default=None, metavar="N"),
+              _arg("--since", help="Only lines newer than this, e.g. 30m, 2h, 1d", default=None), *COMMON),
     ),
     ActionCommand(
         name="stop", help="Stop a running local job and wait until it has ended",

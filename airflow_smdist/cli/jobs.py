@@ -232,23 +232,49 @@ def _on_host(event_host: str, host: str | None) -> bool:
 
 
 def jobs_logs(args: argparse.Namespace) -> None:
-    """Every log line of the job (``--host``: of that host only); with ``--follow``, then the new ones as they
-    come until the job ends. Each line once, in time order per read, as ``[host] line``."""
+    """Every log line of the job (``--host``: of that host only; ``--since``: newer than that; ``--tail N``: the
+    last N written so far); with ``--follow``, then the new ones as they come until the job ends. Each line once,
+    in time order per read, as ``[host] line`` (``--timestamps``: after its time)."""
     backend = get_backend(args)
     kind = find_job(backend, args.name, args.kind)
+    since = _since(getattr(args, "since", None))
+    tail = getattr(args, "tail", None)
+    if tail is not None and tail < 0:
+        raise CommandError(f"--tail: {tail} is not a number of lines: give 0 or more")
     secrets = secret_values(backend.store.request(kind, args.name))
     cursor: Any = None
+    first = True
     while True:
         done = not args.follow or _status(backend, kind, args.name) in TERMINAL_STATES  # before the read: nothing
         events, cursor = backend.log_events(kind, args.name, cursor)                 # written before it is missed
-        for event in events:
-            if _on_host(event.host, args.host):
-                sys.stdout.write(f"[{event.host}] {redact(event.message, secrets)}\n")
+        shown = [e for e in events if _on_host(e.host, args.host) and e.timestamp >= since]
+        if first and tail is not None:
+            shown = shown[len(shown) - tail:] if tail else []
+        first = False
+        for event in shown:
+            stamp = _iso_ms(event.timestamp) + " " if getattr(args, "timestamps", False) else ""
+            sys.stdout.write(f"{stamp}[{event.host}] {redact(event.message, secrets)}\n")
         sys.stdout.flush()
         if done:
             return
         if not events:
             time.sleep(FOLLOW_POLL_SECONDS)
+
+
+def _since(text: str | None) -> float:
+    """The epoch ``--since`` names (0: every line)."""
+    if not text:
+        return 0.0
+    from airflow_smdist.backends.local.retention import parse_duration
+
+    try:
+        return time.time() - parse_duration(text)
+    except ValueError as exc:
+        raise CommandError(f"--since: {exc}") from None
+
+
+def _iso_ms(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def jobs_stop(args: argparse.Namespace) -> None:

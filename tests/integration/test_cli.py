@@ -152,6 +152,20 @@ def test_logs_follow_a_running_job_until_it_ends(home, backend):
     one_host = cli(env, "jobs", "logs", name, "--host", "algo-2", script="smdist").stdout.splitlines()
     assert one_host and all(line.startswith("[algo-2] ") for line in one_host)
     assert "[algo-2] algo-2 says line 11" in one_host
+    # --timestamps: each line after its time (UTC, ms), in order; --tail N: the last N of those lines;
+    # --since: only the lines newer than that (the job ended before the pause below: none within 1 s)
+    stamped = cli(env, "jobs", "logs", name, "--host", "algo-2", "-t").stdout.splitlines()
+    assert [line.split(" ", 1)[1] for line in stamped] == one_host
+    times = [line.split(" ", 1)[0] for line in stamped]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", t) for t in times), times
+    assert times == sorted(times)
+    tail = cli(env, "jobs", "logs", name, "--host", "algo-2", "--tail", "3").stdout.splitlines()
+    assert tail == one_host[-3:]
+    time.sleep(1.5)
+    assert cli(env, "jobs", "logs", name, "--since", "1s").stdout == ""
+    assert cli(env, "jobs", "logs", name, "--host", "algo-2", "--since", "1h").stdout.splitlines() == one_host
+    bad = cli(env, "jobs", "logs", name, "--since", "soon")
+    assert bad.returncode == 1 and "--since: 'soon' is not a duration" in bad.stderr, bad.stderr[-2000:]
 
 
 def test_prune_removes_old_finished_jobs_only(home, backend):
