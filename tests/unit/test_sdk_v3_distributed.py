@@ -15,13 +15,22 @@ Torchrun, MPI, SMP = distributed.Torchrun, distributed.MPI, distributed.SMP
 
 
 def request(**kwargs):
-    """py_version left to the SDK: the SMP v2 and the plain PyTorch 2.3 images have different ones."""
+    """py_version of the image the distribution picks (the SDK's estimator needs it given): the SMP v2 image's
+    Python (py310) is not the plain PyTorch 2.3 image's (py311)."""
     args = {"job_name": "v3-job", "role": "arn:aws:iam::123456789012:role/R", "output_path": "s3://b/out",
                 "entry_point": "train.py", "source_dir": "s3://b/code/sourcedir.tar.gz", "framework": "pytorch",
                 "framework_version": "2.3.0", "instance_type": "ml.p4d.24xlarge", "instance_count": 2,
-                "allow_local_uris": False}
+                "allow_local_uris": False, "py_version": "py310" if smp(kwargs) else "py311"}
     args.update(kwargs)
     return build_training(**args).request
+
+
+def smp(kwargs) -> bool:
+    """Whether the v2 ``distribution`` or the v3 ``distributed`` asks for SMP v2 (its own image)."""
+    v2, v3 = kwargs.get("distribution") or {}, kwargs.get("distributed")
+    if isinstance(v3, dict):
+        return "smp" in (v3.get("torchrun") or {})
+    return "smdistributed" in v2 or isinstance(v3, SMP) or getattr(v3, "smp", None) is not None
 
 
 SMP_V2 = {"torch_distributed": {"enabled": True},

@@ -71,8 +71,11 @@ def test_the_operator_builds_the_tuning_request_of_its_training_and_search_argum
     cfg = request["HyperParameterTuningJobConfig"]
     assert cfg["Strategy"] == "Random"
     assert cfg["ResourceLimits"] == {"MaxNumberOfTrainingJobs": 6, "MaxParallelTrainingJobs": 2}
-    assert request == build_tuning(job_name="hpo-1", region=op.hook.region_name, allow_local_uris=False,
-                                   **op.training_arguments(), **op.search_arguments()).request
+    built = build_tuning(job_name="hpo-1", region=op.hook.region_name, allow_local_uris=False,
+                         **op.training_arguments(), **op.search_arguments()).request
+    # and the job records which hyperparameters are secret (names only), for the job page and the CLI
+    secret_tag = {"Key": "smdist:secret-hyperparameters", "Value": "token"}
+    assert request == {**built, "Tags": [*built.get("Tags", []), secret_tag]}
 
 
 def test_default_args_reach_the_search_and_the_training_arguments():
