@@ -18,9 +18,7 @@ for arg in "$@"; do [ -e "${arg%%::*}" ] && where=() && break; done
 set -- "${where[@]}" "$@"
 and() { if [ -n "$BASE" ]; then echo "($BASE) and $1"; else echo "$1"; fi; }
 junit() { [ -z "${SMDIST_JUNIT:-}" ] || echo "--junitxml=$SMDIST_JUNIT-$1.xml"; }
-# loadgroup: a module marked xdist_group (its module fixture is costly: a moto server with every kind's path run,
-# Spark jobs) runs on one worker instead of each worker making its fixture again; the rest as pytest-xdist's load
-workers() { [ "$1" = 0 ] || echo "-n $1 --dist loadgroup"; }
+workers() { [ "$1" = 0 ] || echo "-n $1"; }
 codes=()
 phase() {  # NAME MARKEXPR WORKERS
   local rc start=$SECONDS how="$3 workers"

@@ -51,9 +51,6 @@ from airflow_smdist.backends import iam
 from jobs import capture_log
 from moto_server import IamMotoServer
 
-# its module fixture is costly (pytest-xdist would make it on each worker): one worker runs the module
-pytestmark = pytest.mark.xdist_group("iam_policy")
-
 REPO = Path(__file__).resolve().parents[2]
 ACCOUNT, REGION = "123456789012", "us-east-1"
 #: the e2e DAG's role and bucket; the scenarios use the same role and a bucket of their own

@@ -27,9 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 LINKS = REPO / "tests" / "fixtures" / "links"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1"
-# its module fixture is costly (pytest-xdist would make it on each worker): one worker runs the module
 pytestmark = [
-    pytest.mark.xdist_group("job_links"),
     pytest.mark.slow,
     pytest.mark.skipif(launcher.namespace_prefix() is None,
                        reason=f"hosts cannot be namespaced here: {launcher.namespaces_available()}"),

@@ -26,9 +26,6 @@ from airflow_smdist.specs.processing import build_processing, build_pyspark_proc
 from airflow_smdist.specs.validate import service_model
 from jobs import wait
 
-# its module fixture is costly (pytest-xdist would make it on each worker): one worker runs the module
-pytestmark = pytest.mark.xdist_group("spark_jobs")
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/own:1"

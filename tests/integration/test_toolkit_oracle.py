@@ -27,9 +27,6 @@ from airflow_smdist.backends.local.job.runtimes import file_lock, uv_binary, uv_
 from airflow_smdist.sourcedir import upload_source
 from airflow_smdist.specs.training import build_training
 
-# its module fixture is costly (pytest-xdist would make it on each worker): one worker runs the module
-pytestmark = pytest.mark.xdist_group("toolkit_oracle")
-
 REPO = Path(__file__).resolve().parents[2]
 ORACLE = REPO / "tests" / "fixtures" / "oracle"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
