@@ -19,7 +19,7 @@ if [ "${1:-}" = --all ]; then shift; where=(tests); fi
 mkdir -p artifacts
 bash scripts/lint.sh >artifacts/check-lint.log 2>&1 & lint=$!
 rc=0
-.venv/bin/python -m pytest "${where[@]}" -q -p no:cacheprovider -m "not slow" -n "${SMDIST_TEST_WORKERS:-2}" --dist loadgroup "$@" \
+.venv/bin/python -m pytest "${where[@]}" -q -p no:cacheprovider -m "not slow" -n "${SMDIST_TEST_WORKERS:-2}" "$@" \
   || rc=$?
 lint_rc=0; wait "$lint" || lint_rc=$?
 cat artifacts/check-lint.log
