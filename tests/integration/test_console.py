@@ -16,9 +16,7 @@ import pytest
 
 from airflow_smdist._compat import AIRFLOW_V_3_0_PLUS
 
-# its module fixture is costly (pytest-xdist would make it on each worker): one worker runs the module
-pytestmark = [pytest.mark.xdist_group("console"),
-              pytest.mark.slow,
+pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not AIRFLOW_V_3_0_PLUS, reason="the job page is served by Airflow 3's api-server")]
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
