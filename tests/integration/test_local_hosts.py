@@ -308,6 +308,7 @@ def off_loopback():
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # off_loopback's link (smdtout0) and addresses are the machine's: one such test at a time
 @needs_namespaces
 @pytest.mark.skipif(hostnet.nat_unavailable() is not None, reason=f"no NAT here: {hostnet.nat_unavailable()}")
 @pytest.mark.parametrize("isolated", [False, True])
