@@ -66,49 +66,18 @@ def test_the_job_page_plugin_loads_on_this_line_and_serves_only_on_airflow_3():
 
 
 
-#: one fresh interpreter per DAG file serves both tests below (it costs Airflow's import, 2-4 s, each time):
-#: it loads what a trivial TaskFlow DAG file needs (Airflow's DAG, Param, @task), then the example DAG file as
-#: the DagBag does, and reports the modules that file added and which heavy ones are loaded
-PARSE_PROBE = """
-import importlib.util, json, sys, time
-try:
-    from airflow.sdk import DAG, Param, task
-except ImportError:  # Airflow 2
-    from airflow import DAG
-    from airflow.decorators import task
-    from airflow.models.param import Param
-    from airflow.providers_manager import ProvidersManager
-
-    # Airflow 2 resolves any provider's @task.<name> (@task.docker as much as @task.smdist) by loading every
-    # provider's info and validating it with jsonschema: Airflow's own cost, not this provider's
-    ProvidersManager().initialize_providers_taskflow_decorator()
-task.python  # the TaskFlow decorator's own modules, as a trivial TaskFlow DAG file loads them
-before = set(sys.modules)
-started = time.perf_counter()
-spec = importlib.util.spec_from_file_location("dagfile", sys.argv[1])
-spec.loader.exec_module(importlib.util.module_from_spec(spec))
-print(json.dumps({"new": sorted(set(sys.modules) - before), "s": time.perf_counter() - started,
-                  "heavy": [m for m in sys.argv[2].split(",") if m in sys.modules]}))
-"""
-_PARSED: dict[str, dict] = {}
-
-
-def parse_report(dag_file: str) -> dict:
-    """What loading ``dag_file`` in a fresh interpreter imported (PARSE_PROBE), once per file and session."""
-    if dag_file not in _PARSED:
-        out = subprocess.run([sys.executable, "-c", PARSE_PROBE, os.path.join(DAGS, dag_file), ",".join(HEAVY)],
-                             capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": REPO})
-        assert out.returncode == 0, out.stderr
-        _PARSED[dag_file] = json.loads(out.stdout.strip().splitlines()[-1])
-    return _PARSED[dag_file]
-
-
 @pytest.mark.parametrize("dag_file", sorted(f for f in os.listdir(DAGS) if f.endswith(".py")))
 def test_provider_and_dag_imports_stay_cheap(dag_file):
     """No torch, pyspark, optuna, sagemaker SDK, scikit-learn, matplotlib (or moto) at DAG-parse time."""
-    result = parse_report(dag_file)
+    code = ("import runpy, sys, time, json; t = time.perf_counter(); "
+            f"runpy.run_path({os.path.join(DAGS, dag_file)!r}); "
+            f"print(json.dumps({{'heavy': [m for m in {HEAVY!r} if m in sys.modules], 's': time.perf_counter() - t}}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": REPO})
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["heavy"] == [], f"DAG parse imported {result['heavy']}"
-    print(f"{dag_file}: parse (with the provider's import) took {result['s']:.2f}s")
+    print(f"{dag_file}: parse (with provider import) took {result['s']:.2f}s")
 
 
 #: What a DAG file may import of the provider: the operator and decorator modules, and the plain data they
@@ -134,7 +103,29 @@ def test_dag_file_imports_only_what_parsing_needs(dag_file):
     """In a fresh interpreter that has what a trivial TaskFlow DAG file needs (Airflow's DAG, Param, @task),
     loading an example DAG file (as the DagBag does) adds only the provider's operator modules: no botocore,
     no Amazon provider modules, no request builders (their dataclasses cost milliseconds to import)."""
-    new = parse_report(dag_file)["new"]
+    code = f"""
+import importlib.util, json, sys
+try:
+    from airflow.sdk import DAG, Param, task
+except ImportError:  # Airflow 2
+    from airflow import DAG
+    from airflow.decorators import task
+    from airflow.models.param import Param
+    from airflow.providers_manager import ProvidersManager
+
+    # Airflow 2 resolves any provider's @task.<name> (@task.docker as much as @task.smdist) by loading every
+    # provider's info and validating it with jsonschema: Airflow's own cost, not this provider's
+    ProvidersManager().initialize_providers_taskflow_decorator()
+task.python  # the TaskFlow decorator's own modules, as a trivial TaskFlow DAG file loads them
+before = set(sys.modules)
+spec = importlib.util.spec_from_file_location("dagfile", {os.path.join(DAGS, dag_file)!r})
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": REPO})
+    assert out.returncode == 0, out.stderr
+    new = json.loads(out.stdout.strip().splitlines()[-1])
     provider = {m for m in new if m.split(".")[0] == "airflow_smdist"}
     assert provider <= PARSE_TIME_MODULES, f"{dag_file} imports {sorted(provider - PARSE_TIME_MODULES)} at parse"
     unwanted = [m for m in new if any(m == n or m.startswith(n + ".") for n in NOT_AT_PARSE)]
