@@ -656,14 +656,11 @@ def _source_key() -> list[str]:
     """The package sources as a runtime's cache key has always held them (one list of uv arguments, the
     indexes' credentials left out)."""
     cfg = _pip_config()
-    args: list[str] = []
-    for link in cfg["find-links"]:
-        args += ["--find-links", link]
-    for url in cfg["index-url"][:1]:
-        args += ["--index-url", without_credentials(url)]
-    for url in cfg["extra-index-url"]:
-        args += ["--extra-index-url", without_credentials(url)]
-    return args + [a for a in uv_source_args() if a != "--find-links" and a not in cfg["find-links"]]
+    sources = uv_source_args()  # its find-links pairs first, then the index strategy and constraints
+    head = 2 * len(cfg["find-links"])
+    indexes = [arg for url in cfg["index-url"][:1] for arg in ("--index-url", without_credentials(url))]
+    indexes += [arg for url in cfg["extra-index-url"] for arg in ("--extra-index-url", without_credentials(url))]
+    return sources[:head] + indexes + sources[head:]
 
 
 def source_paths() -> list[str]:
