@@ -67,7 +67,7 @@ class SageMakerShardedBatchInferenceSensor(SmdistSensorBase):
             return False
         if not (self.input_uri and self.output_uri):
             return PokeReturnValue(is_done=True, xcom_value={"jobs": results})
-        from airflow_smdist.operators.transform import (
+        from airflow_smdist.ledger import (
             completeness,
             list_inputs,
             made_by_jobs,
