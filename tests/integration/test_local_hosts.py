@@ -497,3 +497,32 @@ def test_a_host_outside_the_distribution_groups_is_logged_as_the_plain_process_i
     assert "mpi runner, 1 process(es)" in runners["algo-1"]
     assert "process runner (not in the distribution instance groups), 1 process(es)" in runners["algo-2"]
     assert {e.host for e in events if "hello from " + e.host in e.message} == {"algo-1", "algo-2"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("install", "ending"), [("sleeps", "max_runtime"), ("holds_output", "stop")])
+def test_stop_and_max_runtime_hold_during_the_pre_run_install(backend, tmp_path, data, monkeypatch, install, ending):
+    """Issue 43: a setup.py whose install never ends (it sleeps, or leaves a process holding the installer's
+    output) is ended by MaxRuntimeInSeconds or StopTrainingJob within the stop grace, as on SageMaker, in
+    every phase: the job ends Stopped with SageMaker's secondary status and none of its processes is left."""
+    monkeypatch.setenv("SMDIST_LOCAL_STOP_GRACE", "2")
+    name = submit(backend, tmp_path, data, "train.py", instance_count=1,
+                  source=os.path.join(REPO, "tests", "fixtures", "install_hangs", install),
+                  max_run=5 if ending == "max_runtime" else 86400)
+    job_dir = backend.job_dir("training", name)
+    log = job_dir / "supervisor.log"
+    deadline = time.time() + 60
+    while "installing the setup.py package" not in (log.read_text() if log.exists() else ""):
+        assert time.time() < deadline, "the install never started"
+        time.sleep(0.1)
+    time.sleep(3)  # the build runs (and, for holds_output, its setup.py has ended)
+    assert backend.describe("training", name)["SecondaryStatus"] == "Downloading"
+    asked = time.time()
+    if ending == "stop":
+        backend.stop("training", name)
+    d = wait(backend, name, timeout=60)
+    assert d["TrainingJobStatus"] == "Stopped", d.get("FailureReason")
+    assert d["SecondaryStatus"] == ("Stopped" if ending == "stop" else "MaxRuntimeExceeded")
+    assert time.time() - asked < 20, "the job outlived its limit by more than the stop grace"
+    assert "trained" not in log.read_text()
+    assert_nothing_left(backend, name)

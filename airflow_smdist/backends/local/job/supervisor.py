@@ -157,6 +157,15 @@ def _close_quietly(f: IO[Any]) -> None:
         pass
 
 
+class EndedBeforeHosts(Exception):
+    """StopTrainingJob or a time limit ended the job during a step before its hosts ran (the pre-run install):
+    its whole process tree has been ended. ``outcome``: (status, secondary status, failure reason)."""
+
+    def __init__(self, status: str, secondary: str, reason: str | None = None) -> None:
+        super().__init__(f"{status} ({secondary}) before the hosts ran")
+        self.outcome = (status, secondary, reason)
+
+
 class SupervisorLog:
     """The supervisor's own log (``supervisor.log``), which a full disk never makes raise: a line that cannot
     be written is lost, and the supervisor told (``on_full``), so that the job ends with the disk's reason."""
@@ -339,6 +348,15 @@ class HostExits:
         for fd in self.fds.values():
             os.close(fd)
         self.fds = {}
+
+
+def _read_lines(stream: IO[bytes], lines: list[str], log: Callable[[str], None]) -> None:
+    """Each line of ``stream`` into ``lines`` and, when not blank, ``log``, until it closes."""
+    for raw in stream:
+        line = raw.decode(errors="replace").rstrip("\n")
+        lines.append(line)
+        if line.strip():
+            log(line)
 
 
 class JobSupervisor:
@@ -707,6 +725,7 @@ class JobSupervisor:
                                    view=self.host_view() if self.isolation == "namespace" else None)
         n = int(host.label.split("-")[1])
         lines: list[str] = []
+        started = time.time()
         try:
             if self.net is not None:
                 proc.wait_ready()
@@ -714,17 +733,38 @@ class JobSupervisor:
                 self.net.plug(n, proc.pid)  # no forwarded endpoints: an install reaches the index, not S3
             proc.go()
             assert proc.proc.stdout is not None
-            for raw in proc.proc.stdout:
-                line = raw.decode(errors="replace").rstrip("\n")
-                lines.append(line)
-                if line.strip():
-                    log(line)
-            code = proc.proc.wait()
+            reader = threading.Thread(target=_read_lines, args=(proc.proc.stdout, lines, log), daemon=True,
+                                      name="smdist-install-output")
+            reader.start()
+            code = self.wait_bounded(proc, started)
+            reader.join(timeout=10)
         finally:
             os.close(proc.lifeline)
             if self.net is not None:
                 self.net.unplug(n)
+            self.ran_before += time.time() - started  # the install runs in the container: MaxRuntime counts it
         return code, "\n".join(lines)
+
+    def wait_bounded(self, proc: launcher.HostProcess, started: float) -> int:
+        """The exit code of a step run in a host before its entry point (:meth:`run_in_host`), unless
+        StopTrainingJob or MaxRuntimeInSeconds (and the kind's own limits) come first, in every phase as on
+        SageMaker: then the step's whole process tree is ended (whatever it forked, or left holding its output)
+        and :class:`EndedBeforeHosts` raised."""
+        import subprocess
+
+        while True:
+            try:
+                return proc.proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+            if self.stop_requested or (self.dir / "stop").exists():
+                self.secondary("Stopping", "Stopping the job during its pre-run install")
+                end: tuple[str, str, str | None] | None = ("Stopped", "Stopped", None)
+            else:
+                end = self.limit_reached(started)
+            if end is not None:
+                launcher.end_tree(proc.pid, stop_grace(), proc.proc)
+                raise EndedBeforeHosts(*end)
 
     def max_runtime(self) -> float | None:
         value = (self.request.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds")
@@ -749,10 +789,17 @@ class JobSupervisor:
         """The job's end, its hosts ended, once a limit is reached while they run (MaxRuntimeInSeconds, which
         counts the seconds of earlier tries, :attr:`ran_before`, too); None while within. ``started``: when
         this try's hosts started. Kinds add theirs."""
+        end = self.limit_reached(started)
+        if end is not None:
+            self.end_all(stop_grace())
+        return end
+
+    def limit_reached(self, started: float) -> tuple[str, str, str | None] | None:
+        """The job's end once a time limit is reached (said as the Stopping secondary status; nothing ended
+        yet): MaxRuntimeInSeconds here, kinds add theirs. ``started``: when the running phase started."""
         max_run = self.max_runtime()
         if max_run and self.ran_before + time.time() - started > float(max_run):
             self.secondary("Stopping", f"Job exceeded MaxRuntimeInSeconds={max_run}")
-            self.end_all(stop_grace())
             return "Stopped", "MaxRuntimeExceeded", None
         return None
 

@@ -30,13 +30,13 @@ from airflow_smdist.backends.local.job import contract, hostfs, litter, runtimes
 from airflow_smdist.runtime.batch_runner import safe_extract
 from airflow_smdist.backends.local.store import write_json_atomic
 from airflow_smdist.backends.local.job.supervisor import (
+    EndedBeforeHosts,
     JobSupervisor,
     PlatformError,
     free_port,
     release_ports,
     serve,
     shard,
-    stop_grace,
 )
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.storage import pause_for_test, safe_join
@@ -486,7 +486,10 @@ class TrainingSupervisor(JobSupervisor):
                            + (" (and the checkpoints)" if checkpoint_relpath(self.request) and self.tries else ""))
             channels_of = self.stage(cluster)
             if self.tries == 0:
-                self.runtime = self.prepare_runtime(cluster)
+                try:
+                    self.runtime = self.prepare_runtime(cluster)
+                except EndedBeforeHosts as ended:  # stopped, or out of time, during the pre-run install
+                    return ended.outcome
             else:
                 self.make_entry_executable(cluster)
             if self.stop_requested or (self.dir / "stop").exists():
@@ -546,10 +549,6 @@ class TrainingSupervisor(JobSupervisor):
         end = super().over_limit(started)
         if end is not None:
             return end
-        if self.max_wait_exceeded():
-            self.secondary("Stopping", f"Job exceeded MaxWaitTimeInSeconds={self.max_wait()}")
-            self.end_all(stop_grace())
-            return "Stopped", "MaxWaitTimeExceeded", None
         event = getattr(self, "event", None)
         if event is not None and time.time() - started >= event.after:
             self.say(f"{'spot interruption' if event.kind == 'spot' else 'internal instance failure'} "
@@ -559,6 +558,15 @@ class TrainingSupervisor(JobSupervisor):
             self.end_all(0)  # the instances are gone: no grace
             return "InProgress", "Interrupted" if event.kind == "spot" else "InstanceFailure", None
         return None
+
+    def limit_reached(self, started: float) -> tuple[str, str, str | None] | None:
+        """MaxRuntimeInSeconds, then MaxWaitTimeInSeconds (a spot job's whole life since its start, waits
+        included)."""
+        end = super().limit_reached(started)
+        if end is None and self.max_wait_exceeded():
+            self.secondary("Stopping", f"Job exceeded MaxWaitTimeInSeconds={self.max_wait()}")
+            end = "Stopped", "MaxWaitTimeExceeded", None
+        return end
 
     def max_wait(self) -> float | None:
         if not self.request.get("EnableManagedSpotTraining"):

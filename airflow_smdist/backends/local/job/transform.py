@@ -39,7 +39,13 @@ from airflow_smdist.backends.local.store import (
     read_json,
     write_json_atomic,
 )
-from airflow_smdist.backends.local.job.supervisor import JobSupervisor, PlatformError, serve, shard
+from airflow_smdist.backends.local.job.supervisor import (
+    EndedBeforeHosts,
+    JobSupervisor,
+    PlatformError,
+    serve,
+    shard,
+)
 from airflow_smdist.specs.errors import SpecError
 from airflow_smdist.specs.sharding import output_uri
 from airflow_smdist.storage import relative_key
@@ -404,6 +410,8 @@ class TransformSupervisor(JobSupervisor):
                 for t in self.readers:
                     t.join(timeout=10)
                 self.upload_outputs(busy, work, complete=status == "Completed")
+        except EndedBeforeHosts as ended:  # stopped during the serving container's install
+            status, _secondary, reason = ended.outcome
         except (PlatformError, runtimes.RuntimeSetupError) as e:
             status, reason = "Failed", str(e)
         except runtimes.LayerError as e:  # the model server never started: the container's install failed
