@@ -100,8 +100,14 @@ def _opened(paths: list[str]) -> list[tuple[str, int, bool]]:
             if os.path.exists(path)]
 
 
-def _new_dev(root: str) -> None:
-    """A container's /dev: a few character devices, a private /dev/shm and /dev/pts; no disk, no host device."""
+def _sized(options: str, size: int | None) -> str:
+    """tmpfs mount options, with a fixed size where the host has one (a write past it: ENOSPC)."""
+    return f"{options},size={size}" if size else options
+
+
+def _new_dev(root: str, shm_size: int | None = None) -> None:
+    """A container's /dev: a few character devices, a private /dev/shm (of ``shm_size`` bytes where given) and
+    /dev/pts; no disk, no host device."""
     dev = root + "/dev"
     os.makedirs(dev, exist_ok=True)
     _mount("tmpfs", dev, "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=755,size=64k")
@@ -116,7 +122,7 @@ def _new_dev(root: str) -> None:
                          ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx")):
         os.symlink(target, f"{dev}/{link}")
     os.makedirs(f"{dev}/shm")
-    _mount("tmpfs", f"{dev}/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    _mount("tmpfs", f"{dev}/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, _sized("mode=1777", shm_size))
     os.makedirs(f"{dev}/pts")
     try:
         _mount("devpts", f"{dev}/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
@@ -204,7 +210,8 @@ def setup_namespace(spec: dict[str, Any]) -> None:
     host = os.open(spec["host_dir"], os.O_PATH)
     hosts_file = os.open(spec["etc_hosts"], os.O_PATH) if spec.get("etc_hosts") else None
     root = "/tmp"  # the host's root file system is a tmpfs mounted here, then pivoted to
-    _mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=755")
+    # its size: the host's writable storage (bounds.tmpfs_bytes), so /tmp and /root fill up as a volume does
+    _mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, _sized("mode=755", spec.get("tmpfs_size")))
     _system(root)
     views = ([(path, fd, is_dir, True) for path, fd, is_dir in ro]
              + [(path, fd, is_dir, False) for path, fd, is_dir in rw])
@@ -219,7 +226,9 @@ def setup_namespace(spec: dict[str, Any]) -> None:
     for path, mode in (("/tmp", 0o1777), ("/var/tmp", 0o1777), ("/root", 0o700), (spec.get("home") or "/root", 0o700)):
         os.makedirs(root + path, exist_ok=True)
         os.chmod(root + path, mode)
-    _new_dev(root)
+    _new_dev(root, spec.get("tmpfs_size"))
+    if spec.get("tmpfs_size"):
+        _SIZED.extend([("/tmp", spec["tmpfs_size"]), ("/dev/shm", spec["tmpfs_size"])])
     _new_proc_and_sys(root)
     _pivot(root)
     name = spec["hostname"].encode()
@@ -277,8 +286,25 @@ def exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
+#: the host's bounded file systems (path, bytes): its root file system (/tmp, /root) and /dev/shm
+_SIZED: list[tuple[str, int]] = []
+#: how a line of the host's log says one of them is full (the supervisor puts it in the failure reason)
+FULL_PREFIX = "No space left on device: the host's "
+
+
+def say_full() -> None:
+    """Say which of the host's bounded file systems is full (a write's error names no path)."""
+    for path, size in _SIZED:
+        st = os.statvfs(path)
+        if st.f_bavail * st.f_frsize < 2**20:
+            print(f"{FULL_PREFIX}{path} is full ({size // 2**20} MiB: the instance's volume here, VolumeSizeInGB "
+                  "at most half the host's memory)", flush=True)
+
+
 def end_host(code: int) -> None:
     """The container stops: whatever the entry point left behind is killed, as Docker does."""
+    if code:
+        say_full()
     signal_all(signal.SIGKILL)
     deadline = time.time() + 5
     while descendants() and time.time() < deadline:

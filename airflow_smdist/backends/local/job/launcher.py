@@ -205,8 +205,10 @@ def provider_code() -> str:
 
 
 def spawn_host(argv: list[str], *, env: dict[str, str], cwd: str, stdout: int | IO[Any] | None, isolation: str,
-               host_dir: str, hostname: str, etc_hosts: str | None = None, view: HostView | None = None) -> HostProcess:
-    """Start one host's init process (see :mod:`..inhost.hostinit`); call ``go()`` once its network is set up."""
+               host_dir: str, hostname: str, etc_hosts: str | None = None, view: HostView | None = None,
+               tmpfs_size: int | None = None) -> HostProcess:
+    """Start one host's init process (see :mod:`..inhost.hostinit`); call ``go()`` once its network is set up.
+    ``tmpfs_size``: the bytes of a namespaced host's root file system and of its /dev/shm (:mod:`.bounds`)."""
     import json
 
     life_r, life_w = os.pipe()
@@ -215,7 +217,7 @@ def spawn_host(argv: list[str], *, env: dict[str, str], cwd: str, stdout: int | 
     spec = {"argv": argv, "cwd": cwd, "lifeline": life_r, "ready": ready_w, "isolation": isolation,
             "host_dir": host_dir, "hostname": hostname, "etc_hosts": etc_hosts, "home": env.get("HOME"),
             "ro": [*view.ro, *interpreter_paths(), provider_code()], "rw": list(view.rw),
-            "hide": list(view.hide)}
+            "hide": list(view.hide), "tmpfs_size": tmpfs_size}
     # the spec (the host's command line: the script's hyperparameters, secret ones too) reaches the host's init
     # through a file descriptor, not its command line, which every local user sees (ps) for the job's lifetime
     spec_fd = os.memfd_create("smdist-host-spec")

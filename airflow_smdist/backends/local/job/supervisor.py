@@ -25,7 +25,8 @@ from typing import IO, Any, Protocol, TypeVar
 from collections.abc import Callable
 
 from airflow_smdist.backends.local import diskspace
-from airflow_smdist.backends.local.job import contract, hostfs, hostnet, launcher, litter
+from airflow_smdist.backends.local.inhost.hostinit import FULL_PREFIX as HOST_FULL_PREFIX
+from airflow_smdist.backends.local.job import bounds, contract, hostfs, hostnet, launcher, litter
 from airflow_smdist.kinds import kind_info
 from airflow_smdist.backends.local.job.metrics import MetricParser
 from airflow_smdist.backends.local.job.sampler import UtilizationSampler
@@ -395,6 +396,8 @@ class JobSupervisor:
         self.sampler = UtilizationSampler(self.dir)  # per-host CPU, memory and I/O while hosts run
         #: seconds the job's hosts ran in its earlier tries (rehearsed interruptions, retries: see .spot)
         self.ran_before = 0.0
+        #: the bounds of the job's hosts (:meth:`job_bounds`), made with the first host
+        self._bounds: bounds.JobBounds | None = None
 
     def run(self) -> int:
         """Run the job to its end, writing its final state; the supervisor process's exit code."""
@@ -467,10 +470,13 @@ class JobSupervisor:
 
     def with_disk_reason(self, reason: str) -> str:
         """``reason`` of a failed job, said as the full disk where that is why: a write of the supervisor's
-        failed for want of space, or the job's own error says so and names a file of the job root's disk (under
-        /opt/ml) or that disk is (nearly) full. What room is left holds the job's own error."""
-        if self.disk_full_reason is None and diskspace.says_disk_full(reason) and (
-                "/opt/ml" in reason or str(self.store.root) in reason or diskspace.looks_full(self.store.root)):
+        failed for want of space, or the job's own error says so in a line that names a file of the job root's
+        disk (under /opt/ml), or that disk is (nearly) full. (A host's /tmp and /dev/shm are its own, bounded:
+        a traceback of a script in /opt/ml/code that filled them is the job's own error.) What room is left holds
+        the job's own error."""
+        said = diskspace.full_line(reason)
+        if self.disk_full_reason is None and said and (
+                "/opt/ml" in said or str(self.store.root) in said or diskspace.looks_full(self.store.root)):
             self.disk_full()  # every host's /opt/ml is on the job root's disk
         full = self.disk_full_reason
         if full is None or reason.startswith(full):
@@ -673,6 +679,8 @@ class JobSupervisor:
             self.close_network()
         finally:
             self.store.release_block(f"{self.kind}/{self.name}")
+            if self._bounds is not None:
+                self._bounds.remove()
 
     def forwarded_endpoints(self) -> list[tuple[str, int]]:
         """The worker's loopback endpoints a host reaches (none with network isolation)."""
@@ -691,14 +699,52 @@ class JobSupervisor:
         """Bytes of input data staged for ``host``, per channel (None: this kind has no channels)."""
         return None
 
-    def start_host(self, host: contract.Host, cmd: list[str], env: dict[str, str], cwd: str) -> None:
-        """Start one host (its init process and ``cmd`` under it) with its output streamed into its log."""
+    def spawn(self, host: contract.Host, argv: list[str], env: dict[str, str], cwd: str) -> launcher.HostProcess:
+        """One host's init process, bounded as its instance (:mod:`.bounds`), waiting for ``go()``."""
         import subprocess
 
-        hd = self.host_dir(host)
-        proc = launcher.spawn_host(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, isolation=self.isolation,
-                                   host_dir=str(hd), hostname=host.label, etc_hosts=str(self.dir / "etc-hosts"),
-                                   view=self.host_view() if self.isolation == "namespace" else None)
+        limits = self.job_bounds()
+        proc = launcher.spawn_host(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, isolation=self.isolation,
+                                   host_dir=str(self.host_dir(host)), hostname=host.label,
+                                   etc_hosts=str(self.dir / "etc-hosts"),
+                                   view=self.host_view() if self.isolation == "namespace" else None,
+                                   tmpfs_size=limits.tmpfs_of(host.instance_type))
+        cgroup = limits.host(host.label, host.instance_type)
+        if cgroup is not None:
+            proc.wait_ready()  # unshare has forked hostinit, which waits for go(): nothing of the job runs yet
+            try:
+                cgroup.attach(launcher.tree(proc.pid))
+            except OSError as e:
+                self.say(f"warning: {host.label}'s memory and process count are not bounded: its cgroup: {e}")
+        return proc
+
+    def job_bounds(self) -> bounds.JobBounds:
+        """The bounds of the job's hosts, made with its first host; the log says them once, and what is not
+        bounded here."""
+        if self._bounds is None:
+            self._bounds = made = bounds.JobBounds.make(str(self.dir), self.volume_gb())
+            hosts = self.cluster.hosts
+            for instance_type in sorted({h.instance_type for h in hosts}):
+                self.say(made.describe(instance_type, sum(h.instance_type == instance_type for h in hosts)))
+            for what in made.unbounded:
+                self.say(f"not bounded here: {what}")
+            if self.isolation != "namespace":
+                self.say("not bounded here: /tmp and /dev/shm (hosts without namespaces write the worker's)")
+            self.say(f"not bounded here: /opt/ml (its data, model, output and checkpoints are on the job root's "
+                     f"disk, not a volume of VolumeSizeInGB={self.volume_gb() or 'none'}; a full disk fails the "
+                     "job, as a full volume does)")
+        return self._bounds
+
+    def volume_gb(self) -> float | None:
+        """VolumeSizeInGB of the request's instances (training and processing; None for the others)."""
+        config = (self.request.get("ResourceConfig")
+                  or (self.request.get("ProcessingResources") or {}).get("ClusterConfig") or {})
+        value = config.get("VolumeSizeInGB")
+        return float(value) if value else None
+
+    def start_host(self, host: contract.Host, cmd: list[str], env: dict[str, str], cwd: str) -> None:
+        """Start one host (its init process and ``cmd`` under it) with its output streamed into its log."""
+        proc = self.spawn(host, cmd, env, cwd)
         self.procs[host.label] = proc
         self.sampler.add(host.label, proc.proc, channels=self.channel_bytes(host))
         t = threading.Thread(target=self.reader, args=(host, proc.proc.stdout), daemon=True)
@@ -717,12 +763,7 @@ class JobSupervisor:
         """Run one command in ``host`` before its entry point, as the toolkit runs its pre-run steps (pip) inside
         the container: the host's view of the machine, its clean environment and its network (not the
         supervisor's, which holds the worker's secrets); each line into ``log``. Returns (exit code, output)."""
-        import subprocess
-
-        proc = launcher.spawn_host(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, isolation=self.isolation,
-                                   host_dir=str(self.host_dir(host)), hostname=host.label,
-                                   etc_hosts=str(self.dir / "etc-hosts"),
-                                   view=self.host_view() if self.isolation == "namespace" else None)
+        proc = self.spawn(host, argv, env, cwd)
         n = int(host.label.split("-")[1])
         lines: list[str] = []
         started = time.time()
@@ -834,6 +875,9 @@ class JobSupervisor:
             exits.wait([label for label, c in codes.items() if c is None], WATCH_TICK)
 
     def failure_reason(self, host: contract.Host, code: int) -> str:
+        out_of_memory = self.out_of_memory([host] + [x for x in self.cluster.hosts if x is not host])
+        if out_of_memory is not None:
+            return out_of_memory
         text = None
         for h in [host] + [x for x in self.cluster.hosts if x is not host]:
             # read inside the host's directory: a failure file linked out of it (/proc/self/environ) is not read
@@ -849,12 +893,26 @@ class JobSupervisor:
             if path.exists():
                 tail = [json.loads(x)["m"] for x in path.read_text().splitlines()[-400:]]
             error_lines = error_excerpt([x for x in tail if x.strip()])
+            error_lines += [x for x in tail if x.startswith(HOST_FULL_PREFIX)]  # which bounded path is full
             sig = f" (killed by signal {-code})" if code < 0 else ""
             head = f"ExecuteUserScriptError:\nExitCode {code}{sig}\nHost {host.label} ({host.address})\nErrorMessage \""
             room = FAILURE_LIMIT - len("AlgorithmError: ") - len(head) - 1
             text = head + fit_failure_reason("\n".join(error_lines), room, keep_head=False) + '"'
             self.write_host_file(host, "output/failure", text)  # as the training toolkit does when the script fails
         return fit_failure_reason("AlgorithmError: " + text)
+
+    def out_of_memory(self, hosts: list[contract.Host]) -> str | None:
+        """SageMaker's failure reason when the kernel killed a process of one of ``hosts`` for memory, naming
+        the first such host and its limit; else None."""
+        limits = self._bounds
+        for h in hosts:
+            if limits is not None and limits.oom_killed(h.label):
+                memory = limits.memory_of(h.instance_type)
+                self.say(f"{h.label} ran out of memory: the kernel killed a process of it at its limit of "
+                         f"{memory / 2**30:.2f} GiB")
+                return fit_failure_reason(f"{bounds.OOM_REASON} Host {h.label} ({h.instance_type}) ran out of "
+                                          f"memory (its limit here: {memory / 2**30:.2f} GiB).")
+        return None
 
     def write_host_file(self, host: contract.Host, rel: str, text: str) -> None:
         """Write ``rel`` in the host's directory, never through a link the job made (one is left as it is)."""
