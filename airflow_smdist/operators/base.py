@@ -122,6 +122,22 @@ class SmdistJobOperator(BaseOperator):
 
         persist_console_links(self, context, job_name)
 
+    def store_no_links(self, context: Any) -> None:
+        """First thing in ``execute``: each console link's XCom, empty (no link shown), so that a task refused
+        before its job has them too: Airflow 3 reads every extra link's XCom when a task ends, and logs an
+        error-level "XCom not found" for each missing one. The job's links replace them (:meth:`persist_links`).
+        (Not in ``pre_execute``, which runs again when a deferred task resumes.)"""
+        from airflow_smdist.operators.links import SmdistConsoleLink
+
+        if not self.do_xcom_push:
+            return
+        for link in self.operator_extra_links:
+            if isinstance(link, SmdistConsoleLink):
+                try:
+                    context["ti"].xcom_push(key=link.key, value={})
+                except Exception:  # a link is never a reason to fail the task
+                    self.log.debug("could not store an empty %s link", link.name, exc_info=True)
+
     # -- machinery ---------------------------------------------------------------------------------
     def pre_execute(self, context: Any) -> None:
         """``deferrable`` is a template field, so a run can choose it (e.g. "{{ params.deferrable }}"):
@@ -214,6 +230,7 @@ class SmdistJobOperator(BaseOperator):
         return lifecycle.start(base, build).name
 
     def execute(self, context: Any) -> dict[str, Any]:
+        self.store_no_links(context)
         name = self.start_job(context, self.base_job_name(context))
         self.persist_links(context, name)
         if not self.wait_for_completion:

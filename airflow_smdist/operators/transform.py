@@ -417,6 +417,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_smdist.specs import sharding
 
+        self.store_no_links(context)
         self._check_arguments()
         self.own(context)
         sharding.check_prefixes(self.input_uri, self.output_uri)

@@ -109,6 +109,7 @@ class SageMakerTrainingChainOperator(SageMakerDistributedTrainingOperator):
         return f"{base}-l{link}"
 
     def execute(self, context: Any) -> dict[str, Any]:
+        self.store_no_links(context)
         self.mask_secrets()
         links = self.ended_links(context)  # a retry goes on after the links its earlier tries ran
         return self.run_links(context, len(links) + 1, links)
