@@ -35,6 +35,8 @@ from airflow_smdist.params import deferrable_param, role_param, storage_param
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOCAL_DATA = "file://" + os.path.join(os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "smdist-data")
 PYTORCH = dict(framework="pytorch", framework_version="2.5.1", py_version="py311")
+#: plain Python (the chain's script imports no torch): the lightest framework image, no torch to fetch
+PLAIN = dict(framework="xgboost", framework_version="1.7-1", py_version="py3")
 
 with DAG(
     dag_id="smdist_many_jobs",
@@ -103,7 +105,7 @@ with DAG(
 
     chain = SageMakerTrainingChainOperator(
         task_id="long_training",
-        entry_point="train.py", source_dir=os.path.join(HERE, "scripts", "long_job"), **PYTORCH,
+        entry_point="train.py", source_dir=os.path.join(HERE, "scripts", "long_job"), **PLAIN,
         hyperparameters={"units": "{{ params.chain_units }}", "seconds_per_unit": 0.5},
         inputs={"train": "{{ params.data_uri }}/segment-0/"},
         output_path="{{ params.output_uri }}", role="{{ params.role }}", poll_interval=1,

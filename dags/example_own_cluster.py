@@ -65,7 +65,8 @@ with DAG(
     reduce_job = SageMakerDistributedTrainingOperator(
         task_id="map_reduce",
         entry_point="estimate.py", source_dir=os.path.join(HERE, "scripts", "own_cluster"), include_runtime=True,
-        framework="pytorch", framework_version="2.5.1", py_version="py311",  # any Python container will do
+        # plain Python: the lightest framework image that trains on several instances (no torch to fetch)
+        framework="xgboost", framework_version="1.7-1", py_version="py3",
         instance_type="ml.c5.xlarge", instance_count="{{ params.instance_count }}",
         # a folder ("/"): the prefix alone would also match output_uri's default ".../own-cluster-output/..."
         inputs={"records": {"s3_uri": "{{ params.data_uri.rstrip('/') }}/", "distribution": "ShardedByS3Key"}},

@@ -63,7 +63,8 @@ with DAG(
         return {"records": n, "mean": total / n, "files": int(files)}
 
     @task.smdist(
-        framework="pytorch", framework_version="2.5.1", py_version="py311",  # any Python image will do
+        # plain Python: the lightest framework image that trains on several instances (no torch to fetch)
+        framework="xgboost", framework_version="1.7-1", py_version="py3",
         instance_type="ml.c5.xlarge", instance_count="{{ params.instance_count }}",
         inputs={"records": {"s3_uri": "{{ params.data_uri }}", "distribution": "ShardedByS3Key"}},
         output_path="{{ params.output_uri }}", role="{{ params.role }}", max_run=900, poll_interval=2,
