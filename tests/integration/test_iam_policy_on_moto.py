@@ -450,9 +450,26 @@ def run_path(aws: Aws, kind: str, tmp: Path, leave_out: tuple[str, ...] = (),
 
 
 @pytest.fixture(scope="module")
-def full_policy(aws, tmp_path_factory) -> dict[str, tuple[Run, list[str]]]:
-    """Every kind's whole path run under the full policy, once for the module."""
-    return {kind: run_path(aws, kind, tmp_path_factory.mktemp(kind)) for kind in PATHS}
+def full_policy(aws, tmp_path_factory) -> dict[str, tuple[Any, list[str]]]:
+    """Every kind's whole path run under the full policy, once per test session: under pytest-xdist the first
+    worker to need it runs it and the others read what it found (pytest-xdist's recipe for a fixture made once,
+    a file under the workers' shared temporary directory and a lock): it took 65-86 s on each worker.
+    What the tests read of it: each run's outcome and actions by phase, and what the server refused."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return {kind: run_path(aws, kind, tmp_path_factory.mktemp(kind)) for kind in PATHS}
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent / "iam-full-policy.json"
+    with open(f"{shared}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not shared.is_file():
+            found = {kind: run_path(aws, kind, tmp_path_factory.mktemp(kind)) for kind in PATHS}
+            shared.write_text(json.dumps({kind: {"outcome": run.outcome, "refused": refused,
+                                                 "actions": {p: sorted(a) for p, a in run.actions.items()}}
+                                          for kind, (run, refused) in found.items()}))
+    return {kind: (SimpleNamespace(outcome=found["outcome"],
+                                   actions={p: set(a) for p, a in found["actions"].items()}), found["refused"])
+            for kind, found in json.loads(shared.read_text()).items()}
 
 
 # ---- the tests -------------------------------------------------------------------------------------------------
