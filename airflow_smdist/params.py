@@ -78,11 +78,14 @@ SPOT_INTERRUPTIONS_ENV = "SMDIST_LOCAL_SPOT_INTERRUPTIONS"
 def spot_interruptions_param(default: str = "3,3") -> Param:
     """Rehearsed managed spot interruptions of the run's spot jobs on the local backend."""
     return Param(default, type="string",
-                 pattern=r"^$|^\s*([0-9]+(\.[0-9]+)?\s*(,\s*[0-9]+(\.[0-9]+)?\s*)*|random:[0-9]+:[0-9]+(:[0-9.]+)?)$",
+                 pattern=r"^$|^\s*(ITEM\s*(,\s*ITEM\s*)*|random:[0-9]+:[0-9]+(:[0-9.]+)?)$".replace(
+                     "ITEM", r"([0-9]+(\.[0-9]+)?|checkpoint(:[1-9][0-9]*)?)"),
                  description="Local backend only: interrupt each managed spot job of this run on purpose, as "
-                             "SageMaker does when capacity goes: comma-separated seconds of training after which "
-                             "each try is interrupted ('3,3': twice), or random:SEED:N. Empty: no interruption. "
-                             "The request is unchanged; the sagemaker backend ignores it.")
+                             "SageMaker does when capacity goes: one item per try, seconds of training or "
+                             "checkpoint[:N] (right after the try's N-th checkpoint): 'checkpoint,checkpoint' "
+                             "interrupts twice, each after a checkpoint was written; '3,3' twice, 3 s into each "
+                             "try; or random:SEED:N. Empty: no interruption. The request is unchanged; the "
+                             "sagemaker backend ignores it.")
 
 
 def rehearse_spot_interruptions(param: str = "spot_interruptions") -> Callable[[Any], None]:

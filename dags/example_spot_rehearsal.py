@@ -3,7 +3,8 @@
     airflow dags test smdist_spot_rehearsal
 
 SageMaker interrupts a spot job when capacity goes, not when you want. On the local backend the Param
-``spot_interruptions`` ("4,4": twice, each try 4 s into its training) interrupts the job as SageMaker does: its
+``spot_interruptions`` ("checkpoint,checkpoint": twice, each try right after it wrote a checkpoint, so on any
+machine the resume from a checkpoint shows; "4,4" would be 4 s into each try) interrupts the job as SageMaker does: its
 hosts are lost (processes, /tmp, /opt/ml/model), the secondary status goes ``Interrupted`` and back through
 ``Starting``/``Downloading``/``Training``, and the checkpoints rank 0 wrote to /opt/ml/checkpoints are synced
 to ``checkpoint_s3_uri`` and copied back into every host before the script starts again. The job's insight
@@ -47,9 +48,9 @@ with DAG(
         "data_uri": storage_param(f"{LOCAL_DATA}/spot", "Prefix the generated training data is written to."),
         "output_uri": storage_param(f"{LOCAL_DATA}/spot-output", "S3OutputPath of the job (model, checkpoints)."),
         "role": role_param(),
-        # a try is interrupted only while it trains: each interruption comes within the work the tries before it
-        # leave (12 epochs of at least 1 s; two tries of 4 s train 8 at most), on any machine
-        "spot_interruptions": spot_interruptions_param("4,4"),
+        # each try is interrupted right after its first checkpoint (rank 0 checkpoints every epoch): on any machine,
+        # however long torch's start-up takes, the next try resumes from it; the third try ends the 12 epochs
+        "spot_interruptions": spot_interruptions_param("checkpoint,checkpoint"),
         "epochs": Param(12, type="integer", minimum=1, description="Passes over the training data."),
         "epoch_seconds": Param(1.0, type="number", minimum=0,
                                description="Each epoch lasts at least this long (the demo data trains in "
@@ -121,6 +122,11 @@ with DAG(
                 raise RuntimeError(f"asked for {len(wanted)} interruption(s), the job saw {result['interruptions']}: "
                                    "a try that completes before its time is not interrupted; the job trains "
                                    "about epochs x epoch_seconds, so ask for times that add up to less")
+            resumed = [item["resumed_from"] for item in insight.get("interruptions", [])]
+            if len(resumed) != len(wanted) or not resumed[-1]:
+                raise RuntimeError(f"the last try resumed from {resumed[-1] if resumed else 'nothing'}: a rehearsal "
+                                   "whose tries never resume from a checkpoint shows nothing; interrupt after "
+                                   "checkpoints ('checkpoint,checkpoint')")
         return {"interruptions": result["interruptions"], "final_metrics": result["final_metrics"]}
 
     report(train.output)

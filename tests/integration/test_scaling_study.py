@@ -33,22 +33,3 @@ def test_study_report_matches_the_jobs_measured_times(tmp_path):
     insights = glob.glob(str(tmp_path / "scaling-check" / "*" / "output" / "insight.png"))
     assert len(insights) == 2  # every job of the study has its own insight plot
 
-
-@pytest.mark.slow
-def test_a_refused_task_says_why_and_logs_no_error_about_xcoms_it_never_wrote(tmp_path):
-    """Issue 42: a task refused before any job (a TensorFlow parameter_server job, which the local backend does
-    not run) fails with the refusal and the launchers of its framework, and its log holds no "XCom not found"
-    (Airflow 3 reads each extra link's XCom when a task ends)."""
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path),
-           "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "tests", "fixtures", "refused_dag"),
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "SMDIST_LOCAL_ROOT": str(tmp_path / "jobs"), "PYTHONPATH": REPO}
-    env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
-    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-    subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, timeout=300, check=True)
-    run = subprocess.run([airflow, "dags", "test", "smdist_refused"], env=env, capture_output=True, text=True,
-                         timeout=300)
-    log = run.stdout + run.stderr
-    assert "the parameter_server launcher is not run by the local backend" in log, log[-4000:]
-    assert "multi_worker_mirrored_strategy (TensorFlow) or mpi (TensorFlow, MXNet)" in log
-    assert "XCom not found" not in log, [line for line in log.splitlines() if "XCom" in line]
-    assert not os.path.exists(tmp_path / "jobs" / "training")  # refused before any job

@@ -286,12 +286,13 @@ def test_the_sagemaker_backend_sends_the_same_request_with_or_without_the_rehear
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # interruptions at times read off a first run: beside another job, a try outran its second one
 @needs_namespaces
 @pytest.mark.torch
 def test_the_example_ddp_script_interrupted_twice_ends_with_the_uninterrupted_loss(backend, tmp_path, monkeypatch):
     """The example torch DDP script (torchrun on 2 hosts, checkpoints from rank 0 each epoch) resumes from its
-    checkpoint after each interruption and ends with the loss of an uninterrupted run."""
+    checkpoint after each interruption and ends with the loss of an uninterrupted run. The interruptions come
+    right after each try's first checkpoint (the example's default), on a loaded machine as on a quiet one:
+    nothing here depends on how long start-up takes (it ran in a phase of its own when they were timed)."""
     pytest.importorskip("torch")
     data = tmp_path / "ddp-data"
     data.mkdir()
@@ -299,7 +300,7 @@ def test_the_example_ddp_script_interrupted_twice_ends_with_the_uninterrupted_lo
         (data / f"part-{i}.csv").write_text("".join(f"{j / 10},{(i + j) % 7 / 10},{j / 5 + i / 10}\n"
                                                      for j in range(40)))
     common = dict(entry="train.py", source=os.path.join(REPO, "dags", "scripts", "torch_ddp"),
-                  hps={"epochs": 8, "batch_size": 8, "epoch_seconds": 2.0})
+                  hps={"epochs": 8, "batch_size": 8, "epoch_seconds": 1.0})
 
     def ddp(**kw):
         built = build_training(
@@ -320,15 +321,8 @@ def test_the_example_ddp_script_interrupted_twice_ends_with_the_uninterrupted_lo
         with tarfile.open(d["ModelArtifacts"]["S3ModelArtifacts"][len("file://"):]) as tar:
             return name, d, json.loads(tar.extractfile("training.json").read())
 
-    clean_name, clean_d, clean = ddp()
-    # torchrun, torch's import and the rendezvous take seconds here (more on a loaded machine): each try is
-    # interrupted 1.5 epochs (3 s) after the clean run's first epoch ended, so every try checkpoints an epoch or
-    # two whatever its start-up took within a second of the clean run's
-    training = next(t["StartTime"] for t in clean_d["SecondaryStatusTransitions"] if t["Status"] == "Training")
-    first_epoch = next(e.timestamp for e in backend.log_events("training", clean_name)[0]
-                       if e.message.startswith("epoch=0 "))
-    after = round(first_epoch - training.timestamp() + 3.0, 1)
-    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", f"{after},{after}")
+    _clean_name, _clean_d, clean = ddp()
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", "checkpoint,checkpoint")
     name, d, resumed = ddp()
     log = messages(backend, name)
     story = "\n".join(m[:120] for m in log if "epoch" in m or "Interrupted:" in m or m.startswith("Training:"))

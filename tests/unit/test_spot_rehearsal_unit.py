@@ -23,6 +23,30 @@ def test_settings_parse_into_seconds():
             spot.parse(bad)
 
 
+def test_checkpoint_items_key_a_try_to_its_nth_checkpoint():
+    assert spot.parse("checkpoint, Checkpoint:2,3") == ["checkpoint:1", "checkpoint:2", 3.0]
+    events = spot.schedule({"spot": spot.parse("checkpoint,checkpoint:3"), "failures": [2.0]})
+    assert events == [spot.Event("spot", checkpoints=1), spot.Event("spot", checkpoints=3),
+                      spot.Event("failure", after=2.0)]
+    assert [e.describe() for e in events] == ["after the try's first checkpoint", "after checkpoint 3 of the try",
+                                              "2 s into the try's training"]
+    for bad in ("checkpoint:0", "checkpoint:x", "checkpoints", "checkpoint:1:2"):
+        with pytest.raises(ValueError, match="checkpoint"):
+            spot.parse(bad)
+
+
+def test_the_param_accepts_what_the_setting_parses():
+    import re
+
+    from airflow_smdist.params import spot_interruptions_param
+
+    pattern = spot_interruptions_param().schema["pattern"]
+    for good in ("", "3,3", "checkpoint,checkpoint", "checkpoint:2, 4.5", "random:7:3:5"):
+        assert re.search(pattern, good), good
+    for bad in ("checkpoint:0", "3;3", "checkpoints"):
+        assert not re.search(pattern, bad), bad
+
+
 def test_only_spot_requests_are_interrupted(monkeypatch):
     monkeypatch.setenv(spot.SPOT_ENV, "2")
     monkeypatch.delenv(spot.FAILURES_ENV, raising=False)

@@ -6,11 +6,14 @@ it pays for spot. The request is never changed: the settings live beside it (in 
 SageMaker backend never reads them.
 
 * ``SMDIST_LOCAL_SPOT_INTERRUPTIONS`` (or the smdist connection's ``local_spot_interruptions`` extra, which
-  wins): comma-separated seconds of training after which each try of a job with
-  ``EnableManagedSpotTraining`` is interrupted: ``"3,3"`` interrupts twice, each time 3 s into the try's
-  training; ``"random:SEED:N"`` (or ``"random:SEED:N:MAX"``) interrupts N times, each after a number of
-  seconds drawn with that seed between 1 and MAX (default 10). A job without ``EnableManagedSpotTraining`` is
-  not interrupted (its log says the setting was ignored).
+  wins): comma-separated ends of the tries of a job with ``EnableManagedSpotTraining``, each either seconds of
+  training (``"3,3"`` interrupts twice, each time 3 s into the try's training) or ``checkpoint`` /
+  ``checkpoint:N``: right after the try has written its N-th checkpoint (default 1; a file under
+  /opt/ml/checkpoints written since the try started and unchanged for a watch tick), so that on any machine,
+  however long its start-up, each interruption comes after the job saved work and its resume can be seen
+  (``"checkpoint,checkpoint"``: the example's default); ``"random:SEED:N"`` (or ``"random:SEED:N:MAX"``)
+  interrupts N times, each after a number of seconds drawn with that seed between 1 and MAX (default 10). A job
+  without ``EnableManagedSpotTraining`` is not interrupted (its log says the setting was ignored).
 * ``SMDIST_LOCAL_INSTANCE_FAILURES`` (or ``local_instance_failures``): the same syntax, for any training job:
   an internal instance failure after that many seconds of training, retried as ``RetryStrategy`` says (else
   the job fails with SageMaker's ``InternalServerError``).
@@ -41,14 +44,57 @@ MAX_EVENTS = 30
 @dataclass(frozen=True)
 class Event:
     """One rehearsed end of a try: ``kind`` "spot" (an interruption) or "failure" (an internal instance failure),
-    ``after`` seconds into the try's training."""
+    ``after`` seconds into the try's training, or (``checkpoints`` > 0) once the try has written that many
+    checkpoints."""
 
     kind: str
-    after: float
+    after: float = 0.0
+    checkpoints: int = 0
+
+    def describe(self) -> str:
+        if self.checkpoints > 1:
+            return f"after checkpoint {self.checkpoints} of the try"
+        if self.checkpoints:
+            return "after the try's first checkpoint"
+        return f"{self.after:g} s into the try's training"
 
 
-def parse(text: str | None, what: str = SPOT_ENV) -> list[float]:
-    """The seconds of ``text`` ("3,3", "random:SEED:N[:MAX]", "" for none). ValueError says what is wrong."""
+#: one item of a setting: seconds (a float), or the try's N-th checkpoint ("checkpoint:N")
+Item = float | str
+
+
+def _item(text: str, setting: str, what: str) -> Item:
+    """``text`` as seconds or ``checkpoint:N``; ValueError says what is wrong."""
+    text = text.strip().lower()
+    if text.startswith("checkpoint"):
+        n = text.partition(":")[2] or "1"
+        if text not in ("checkpoint", f"checkpoint:{n}") or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"{what}={setting!r}: {text!r} is not checkpoint or checkpoint:N (N from 1)")
+        return f"checkpoint:{int(n)}"
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"{what}={setting!r}: give comma-separated seconds of training ('3,3' interrupts twice, "
+                         "3 s into each try), checkpoint[:N] (after the try's N-th checkpoint) or "
+                         "random:SEED:N") from None
+    if seconds < 0:
+        raise ValueError(f"{what}={setting!r}: at most {MAX_EVENTS} values, none negative")
+    return seconds
+
+
+def event(kind: str, item: Item) -> Event:
+    if isinstance(item, str):
+        return Event(kind, checkpoints=int(item.partition(":")[2]))
+    return Event(kind, after=float(item))
+
+
+def describe_items(items: list[Item]) -> str:
+    return ", ".join(event("spot", i).describe() for i in items)
+
+
+def parse(text: str | None, what: str = SPOT_ENV) -> list[Item]:
+    """The items of ``text`` ("3,3", "checkpoint,checkpoint:2", "random:SEED:N[:MAX]", "" for none): seconds as
+    floats, checkpoints as "checkpoint:N". ValueError says what is wrong."""
     text = (text or "").strip()
     if not text or text.lower() in ("0", "off", "none", "false"):
         return []
@@ -65,15 +111,12 @@ def parse(text: str | None, what: str = SPOT_ENV) -> list[float]:
         if not 0 <= n <= MAX_EVENTS or top < 1:
             raise ValueError(f"{what}={text!r}: N must be 0 to {MAX_EVENTS} and MAX at least 1")
         rng = random.Random(seed)
-        return [round(rng.uniform(1.0, top), 1) for _ in range(n)]
-    try:
-        seconds = [float(x) for x in text.split(",")]
-    except ValueError:
-        raise ValueError(f"{what}={text!r}: give comma-separated seconds of training ('3,3' interrupts twice, "
-                         "3 s into each try) or random:SEED:N") from None
-    if any(s < 0 for s in seconds) or len(seconds) > MAX_EVENTS:
+        drawn: list[Item] = [round(rng.uniform(1.0, top), 1) for _ in range(n)]
+        return drawn
+    items = [_item(x, text, what) for x in text.split(",")]
+    if len(items) > MAX_EVENTS:
         raise ValueError(f"{what}={text!r}: at most {MAX_EVENTS} values, none negative")
-    return seconds
+    return items
 
 
 def rehearsal_state(request: dict[str, Any], spot: str | None, failures: str | None) -> dict[str, Any] | None:
@@ -96,8 +139,8 @@ def rehearsal_state(request: dict[str, Any], spot: str | None, failures: str | N
 def schedule(rehearsal: dict[str, Any] | None) -> list[Event]:
     """The tries' ends in order: the spot interruptions first, then the instance failures."""
     rehearsal = rehearsal or {}
-    return ([Event("spot", float(s)) for s in rehearsal.get("spot") or []]
-            + [Event("failure", float(s)) for s in rehearsal.get("failures") or []])
+    return ([event("spot", s) for s in rehearsal.get("spot") or []]
+            + [event("failure", s) for s in rehearsal.get("failures") or []])
 
 
 def capacity_wait() -> float:

@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tarfile
 import threading
@@ -112,6 +113,12 @@ class TrainingSupervisor(JobSupervisor):
     agents: mpi.AgentServer | None = None
     #: tries that ended in a rehearsed interruption or instance failure so far (see .spot)
     tries = 0
+    #: checkpoints the current try has written (:meth:`count_checkpoints`), and what it counts them from: the try's
+    #: start, each checkpoint file's last (size, mtime) seen, the versions counted
+    checkpoints_written = 0
+    _ckpt_try: float | None = None
+    _ckpt_last: dict[str, tuple[int, int]]
+    _ckpt_counted: set[tuple[str, tuple[int, int]]]
 
     @functools.cached_property
     def hyperparameters(self) -> wire.Hyperparameters:
@@ -497,6 +504,7 @@ class TrainingSupervisor(JobSupervisor):
             self.secondary("Training", f"Training on {len(cluster.hosts)} host(s): "
                            + ", ".join(f"{h.label}={h.address}" for h in cluster.hosts))
             self.event = self.events[self.tries] if self.tries < len(self.events) else None
+            self.checkpoints_written = 0
             self.try_started = time.time()
             self.launch(cluster, channels_of, self.master_port())
             status, secondary, reason = self.watch(cluster)
@@ -516,7 +524,7 @@ class TrainingSupervisor(JobSupervisor):
         rehearsal = self.state.get("rehearsal") or {}
         if rehearsal.get("spot"):
             self.say(f"rehearsal: managed spot interruptions {spot.SPOT_ENV}={rehearsal['spot_setting']!r}: "
-                     + ", ".join(f"{s:g} s" for s in rehearsal["spot"]) + " into the training of each try")
+                     + spot.describe_items(rehearsal["spot"]) + ", one per try")
             if not checkpoint_relpath(self.request):
                 self.say("warning: a managed spot job without CheckpointConfig restarts from zero after every "
                          "interruption (set checkpoint_s3_uri and restore from /opt/ml/checkpoints)")
@@ -525,8 +533,8 @@ class TrainingSupervisor(JobSupervisor):
                      "EnableManagedSpotTraining (use_spot_instances=True)")
         if rehearsal.get("failures"):
             self.say(f"rehearsal: internal instance failures {spot.FAILURES_ENV}={rehearsal['failures_setting']!r}: "
-                     + ", ".join(f"{s:g} s" for s in rehearsal["failures"])
-                     + f" into training; RetryStrategy.MaximumRetryAttempts={spot.retries_allowed(self.request)}")
+                     + spot.describe_items(rehearsal["failures"])
+                     + f", one per try; RetryStrategy.MaximumRetryAttempts={spot.retries_allowed(self.request)}")
 
     def say_rehearsal_unreached(self) -> None:
         """A try interrupts only while it trains: one that ends first (as a spot job that completes before
@@ -538,6 +546,12 @@ class TrainingSupervisor(JobSupervisor):
         done = sum(1 for e in self.events[:self.tries] if e.kind == event.kind)
         asked = sum(1 for e in self.events if e.kind == event.kind)
         one = "interruption" if event.kind == "spot" else "instance failure"
+        if event.checkpoints:
+            self.say(f"rehearsal: {done} of {asked} {one}(s) happened: the job ended {ran:.1f} s into try "
+                     f"{self.tries + 1}'s training, having written {self.checkpoints_written} of the "
+                     f"{event.checkpoints} checkpoint(s) its {one} waited for (ask for fewer checkpoints, or "
+                     "checkpoint more often)")
+            return
         total = sum(e.after for e in self.events)
         self.say(f"rehearsal: {done} of {asked} {one}(s) happened: the job ended {ran:.1f} s into try "
                  f"{self.tries + 1}'s training, before its {one} at {event.after:g} s (every one is reached "
@@ -550,14 +564,38 @@ class TrainingSupervisor(JobSupervisor):
         if end is not None:
             return end
         event = getattr(self, "event", None)
-        if event is not None and time.time() - started >= event.after:
+        if event is not None and self.event_due(event, started):
+            after = f", after its checkpoint {self.checkpoints_written}" if event.checkpoints else ""
             self.say(f"{'spot interruption' if event.kind == 'spot' else 'internal instance failure'} "
-                     f"(rehearsed) {time.time() - started:.1f} s into training: the hosts' checkpoints are synced "
-                     "and every host is lost")
+                     f"(rehearsed) {time.time() - started:.1f} s into training{after}: the hosts' checkpoints "
+                     "are synced and every host is lost")
             self.sync_checkpoints(self.cluster)  # as the periodic sync, on the interruption notice
             self.end_all(0)  # the instances are gone: no grace
             return "InProgress", "Interrupted" if event.kind == "spot" else "InstanceFailure", None
         return None
+
+    def event_due(self, event: spot.Event, started: float) -> bool:
+        """Whether the try's rehearsed end has come: its seconds of training, or its N-th checkpoint written."""
+        if not event.checkpoints:
+            return time.time() - started >= event.after
+        return self.count_checkpoints(started) >= event.checkpoints
+
+    def count_checkpoints(self, started: float) -> int:
+        """The checkpoints the try has written so far (:attr:`checkpoints_written`): each version of a file under
+        a host's checkpoint directory written since ``started`` (the restored ones are older) and unchanged
+        since the last look, counted once; a write still going on is not counted until it holds still."""
+        rel = checkpoint_relpath(self.request)
+        if rel is None:
+            return 0
+        if self._ckpt_try != started:
+            self._ckpt_try, self._ckpt_last, self._ckpt_counted = started, {}, set()
+        for host in self.cluster.hosts:
+            for path, version in _file_versions(self.host_dir(host) / rel, started).items():
+                if self._ckpt_last.get(path) == version:
+                    self._ckpt_counted.add((path, version))
+                self._ckpt_last[path] = version
+        self.checkpoints_written = len(self._ckpt_counted)
+        return self.checkpoints_written
 
     def limit_reached(self, started: float) -> tuple[str, str, str | None] | None:
         """MaxRuntimeInSeconds, then MaxWaitTimeInSeconds (a spot job's whole life since its start, waits
@@ -667,6 +705,20 @@ class TrainingSupervisor(JobSupervisor):
         self.state["transitions"][-1]["end"] = time.time()
         self.save(status=status, failure_reason=reason, ended=time.time())
         return 0 if status == "Completed" else 1
+
+
+def _file_versions(root: Path, since: float) -> dict[str, tuple[int, int]]:
+    """path -> (size, mtime_ns) of every regular file below ``root`` written after ``since`` (links not followed)."""
+    out: dict[str, tuple[int, int]] = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_mtime > since:
+                out[os.path.join(dirpath, name)] = (st.st_size, st.st_mtime_ns)
+    return out
 
 
 def program_of(request: dict[str, Any]) -> str | None:
