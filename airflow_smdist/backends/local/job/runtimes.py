@@ -646,10 +646,18 @@ def without_credentials(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
+#: a runtime and a job's layer hold their packages' bytecode, compiled when they are installed, as pip compiles
+#: it and as an image has it (uv does not by default): a host sees its runtime read-only, so a process of the job
+#: would compile every module it imports from source again, every time (measured: torch's import 3.7 CPU-s
+#: against 1.8 with its bytecode)
+BYTECODE = {"UV_COMPILE_BYTECODE": "1"}
+
+
 def installer_env() -> dict[str, str]:
     """What a job's pre-run install (inside a host) adds to the host's environment: the machine's CA settings
-    and pip's indexes with their credentials; the installer's own environment, never a file the job reads."""
-    return {**job_tls_env(), **uv_index_env()}
+    and pip's indexes with their credentials (the installer's own environment, never a file the job reads), and
+    bytecode compiled as pip compiles it."""
+    return {**job_tls_env(), **uv_index_env(), **BYTECODE}
 
 
 def _source_key() -> list[str]:
@@ -727,6 +735,7 @@ def _clean_env() -> dict[str, str]:
            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "UV_PYTHON")}
     env.update(tls_env())
     env.update(uv_index_env())
+    env.update(BYTECODE)
     return env
 
 
