@@ -50,18 +50,6 @@ from airflow_smdist.operators.links import (
     SmdistConsoleLink,
     persist_console_links,
 )
-from airflow_smdist.ledger import (
-    completeness,
-    list_inputs,
-    made_now,
-    model_fingerprint_of,
-    outcome_error,
-    plan_shards_step,
-    read_provenance,
-    record_job,
-    storage_for,
-    write_manifest,
-)
 from airflow_smdist.specs.arguments import Argument, arguments_of
 
 if TYPE_CHECKING:  # imported where a job runs, not where a DAG file is parsed
@@ -314,13 +302,16 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         """Plan the model (nothing created) and learn what the outputs were made by: the fingerprint of the
         model this run uses (see :func:`model_fingerprint_of`) and the last manifest's record of each output.
         Returns the model's plan."""
+        from airflow_smdist import ledger
+
         planned = self.plan_model(backend, context)
-        self._fingerprint = model_fingerprint_of(storage, planned)
-        self._previous = read_provenance(storage, self.output_uri)
+        self._fingerprint = ledger.model_fingerprint_of(storage, planned)
+        self._previous = ledger.read_provenance(storage, self.output_uri)
         return planned
 
     def ensure_model(self, backend: Backend, context: Any, planned: PlannedModel | None = None) -> dict[str, Any]:
         """The model's description; created from ``model_data`` when it does not exist yet."""
+        from airflow_smdist import ledger
         from airflow_smdist.backends.base import ResourceExists
 
         name, existing, plan = planned or self.plan_model(backend, context)
@@ -333,7 +324,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
                 from airflow_smdist.sourcedir import upload_source
 
                 upload_source(plan.source_dir, plan.entry_point if self.source_dir else None, plan.source_uri,
-                              storage_for(backend))
+                              ledger.storage_for(backend))
                 self.log.info("Uploaded the inference code %s as %s", plan.source_dir, plan.source_uri)
             try:
                 arn = create_model(backend, plan.request)
@@ -415,6 +406,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         raise AirflowException(f"{MAX_GENERATIONS} generations of {base} ran; give a new job_name.")
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_smdist import ledger
         from airflow_smdist.specs import sharding
 
         self.store_no_links(context)
@@ -424,7 +416,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         _checked_settings(self.settings())
         backend = self.get_backend()
         require_role(self, backend.name)
-        storage = storage_for(backend)
+        storage = ledger.storage_for(backend)
         if self.fan_out == "jobs" and self.shard is None:
             if self.deferrable:
                 self.log.info("fan_out='jobs' in one task waits for its shard jobs in the worker; use the "
@@ -450,7 +442,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
                 self._model = self.ensure_model(backend, context, planned)
                 input_uri, data_type = self._input_for(storage, name, objects, pending, manifest)
                 request = self.make_request(backend, storage, name, input_uri, data_type)
-                record_job(storage, self.output_uri, name, self._fingerprint, pending)
+                ledger.record_job(storage, self.output_uri, name, self._fingerprint, pending)
                 self.lifecycle.submit(request)  # the lifecycle tags the job with its owner
                 self.log.info("Started %s job %s on the %s backend over %d object(s).", self.kind, name,
                               backend.name, len(pending))
@@ -461,7 +453,9 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
 
     def _pending(self, storage: Storage, objects: list[InputObject]) -> list[InputObject]:
         """The objects without a complete, current output (missing, short of records, or stale)."""
-        before = completeness(storage, objects, self.output_uri, self.settings(), self.check_records,
+        from airflow_smdist import ledger
+
+        before = ledger.completeness(storage, objects, self.output_uri, self.settings(), self.check_records,
                               provenance=self._previous, model=self._fingerprint)
         stale = [e for e in before.pending if e.status == "stale"]
         if stale:
@@ -481,9 +475,11 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Back from the trigger: the completeness check and the manifest, as the waiting path ends."""
+        from airflow_smdist import ledger
+
         self._check_arguments()
         backend = self.get_backend()
-        storage = storage_for(backend)
+        storage = ledger.storage_for(backend)
         description = self.describe_after_trigger(event)
         self.know_outputs(backend, storage, context)
         objects = self._objects(storage)
@@ -493,12 +489,16 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         return self._conclude(storage, objects, [job], processed, write=self.shard is None)
 
     def _objects(self, storage: Storage) -> list[InputObject]:
+        from airflow_smdist import ledger
+
         if self.shard is not None:
-            return list_inputs(storage, self.shard["manifest_uri"], self.output_uri, "ManifestFile")
-        return list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
+            return ledger.list_inputs(storage, self.shard["manifest_uri"], self.output_uri, "ManifestFile")
+        return ledger.list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
 
     def _processed_by(self, storage: Storage, description: dict[str, Any], objects: list[InputObject]) -> list[str]:
         """The input objects a job was given: its ManifestFile's entries, or every object of the prefix."""
+        from airflow_smdist import ledger
+
         src: dict[str, Any]
         if self.kind == "processing":
             src = next((i["S3Input"] for i in description.get("ProcessingInputs") or [] if i["InputName"] == "data"),
@@ -509,7 +509,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
             uri, data_type = src["S3Uri"], src["S3DataType"]
         if data_type != "ManifestFile" or not uri:
             return [o.uri for o in objects]
-        return [o.uri for o in list_inputs(storage, uri, self.output_uri, "ManifestFile")]
+        return [o.uri for o in ledger.list_inputs(storage, uri, self.output_uri, "ManifestFile")]
 
     def _job_summary(self, description: dict[str, Any], objects: int | None = None) -> dict[str, Any]:
         lifecycle = self.lifecycle
@@ -523,6 +523,8 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
 
     def _conclude(self, storage: Storage, objects: list[InputObject], jobs: list[dict[str, Any]], processed: list[str],
                   *, write: bool = True) -> dict[str, Any]:
+        from airflow_smdist import ledger
+
         settings = self.settings()
         if not self.wait_for_completion:
             return {"jobs": jobs, "complete": None, "objects": len(objects), "processed": len(processed)}
@@ -532,13 +534,13 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
                 job_of[uri] = job["job_name"]
                 if job["status"] == "Completed":
                     ran.append(uri)
-        made = made_now(objects, ran, self._fingerprint)  # what this run's completed jobs made
-        report = completeness(storage, objects, self.output_uri, settings, self.check_records,
+        made = ledger.made_now(objects, ran, self._fingerprint)  # what this run's completed jobs made
+        report = ledger.completeness(storage, objects, self.output_uri, settings, self.check_records,
                               provenance={**self._previous, **made}, model=self._fingerprint)
         for e in report.entries:
             e.job = job_of.get(e.input)
         if write:
-            summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
+            summary = ledger.write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
                                      fan_out=self.fan_out, jobs=jobs, settings=settings, processed=processed)
         else:  # a mapped shard: the merge step writes the manifest of the whole prefix
             from airflow_smdist.specs import sharding
@@ -552,7 +554,7 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
             summary["provenance"] = made  # for the merge step's manifest
         failed = [f"{j['kind']} job {j['job_name']} ended {j['status']}: {j.get('failure_reason')}"
                   for j in jobs if j["status"] != "Completed"]
-        error = outcome_error(report, summary, failed, "\n".join(self._last_lines[-10:]))
+        error = ledger.outcome_error(report, summary, failed, "\n".join(self._last_lines[-10:]))
         if error is not None:
             raise error
         self.log.info("Complete: %s", report.describe())
@@ -563,10 +565,11 @@ class SageMakerShardedBatchInferenceOperator(BatchArguments, RecordSettings, Bat
         """Plan the pending objects over ``shards`` transform jobs, run them at once, retry each failed shard
         on its own up to ``shard_retries`` times, then check completeness. A retry of this task reattaches to
         the shard jobs still running."""
+        from airflow_smdist import ledger
         from airflow_smdist.specs import sharding
         from airflow_smdist.specs.training import _as_int as as_int
 
-        objects = list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
+        objects = ledger.list_inputs(storage, self.input_uri, self.output_uri, self.s3_data_type)
         if not objects:
             raise AirflowException(f"no input objects under {self.input_uri}")
         model_plan = self.know_outputs(backend, storage, context)
@@ -720,7 +723,9 @@ class _StepOperator(StepArguments, RecordSettings, BaseOperator):
             setattr(self, name, value)
 
     def storage(self) -> Storage:
-        return storage_for(self.job_backend)
+        from airflow_smdist import ledger
+
+        return ledger.storage_for(self.job_backend)
 
     @cached_property
     def job_backend(self) -> Backend:
@@ -735,6 +740,8 @@ class _StepOperator(StepArguments, RecordSettings, BaseOperator):
 
     def fingerprint(self, storage: Storage) -> str | None:
         """The fingerprint of the shard jobs' model (None without ``model``), as the shards compute it."""
+        from airflow_smdist import ledger
+
         if not self.model:
             return None
         from airflow_smdist.specs.errors import SpecError
@@ -746,7 +753,7 @@ class _StepOperator(StepArguments, RecordSettings, BaseOperator):
         args = {"role": LOCAL_ROLE, **{k: v for k, v in self.model.items() if v is not None}}  # never sent
         planned = plan_model(self.job_backend, str(name or "smdist-model-fingerprint"), args,
                              output_uri=self.output_uri, region=self.hook.region_name, existing=bool(name))
-        return model_fingerprint_of(storage, planned)
+        return ledger.model_fingerprint_of(storage, planned)
 
 
 class SageMakerBatchShardPlanOperator(_StepOperator):
@@ -762,10 +769,11 @@ class SageMakerBatchShardPlanOperator(_StepOperator):
         self.shards = shards
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
+        from airflow_smdist import ledger
         from airflow_smdist.specs.training import _as_int
 
         storage = self.storage()
-        return plan_shards_step(storage, input_uri=self.input_uri, output_uri=self.output_uri,
+        return ledger.plan_shards_step(storage, input_uri=self.input_uri, output_uri=self.output_uri,
                                 shards=_as_int(self.shards, "shards"), settings=self.settings(),
                                 check_records=self.check_records, log=self.log, model=self.fingerprint(storage))
 
@@ -785,21 +793,23 @@ class SageMakerBatchInferenceMergeOperator(_StepOperator):
         self.fan_out = fan_out
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_smdist import ledger
+
         storage = self.storage()
-        objects = list_inputs(storage, self.input_uri, self.output_uri)
-        provenance = read_provenance(storage, self.output_uri)
+        objects = ledger.list_inputs(storage, self.input_uri, self.output_uri)
+        provenance = ledger.read_provenance(storage, self.output_uri)
         jobs: list[dict[str, Any]] = []
         processed: list[str] = []
         for result in [r for r in _materialize(self.shard_results) if r]:
             jobs += result.get("jobs") or []
             processed += result.get("processed_inputs") or []
             provenance.update(result.get("provenance") or {})
-        report = completeness(storage, objects, self.output_uri, self.settings(), self.check_records,
+        report = ledger.completeness(storage, objects, self.output_uri, self.settings(), self.check_records,
                               provenance=provenance, model=self.fingerprint(storage))
-        summary = write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
+        summary = ledger.write_manifest(storage, report, input_uri=self.input_uri, output_uri=self.output_uri,
                                  fan_out=self.fan_out, jobs=jobs, settings=self.settings(),
                                  processed=processed)
-        error = outcome_error(report, summary)
+        error = ledger.outcome_error(report, summary)
         if error is not None:
             raise error
         self.log.info("Complete: %s; manifest %s", report.describe(), summary["manifest_uri"])
