@@ -171,12 +171,14 @@ def test_a_refused_task_says_why_and_logs_no_error_about_xcoms_it_never_wrote(ai
     not run) fails with the refusal and the launchers of its framework, and its log holds no "XCom not found"
     (Airflow 3 reads each extra link's XCom when a task ends)."""
     airflow, env = airflow_env
-    env = {**env, "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "tests", "fixtures", "refused_dag")}
+    root = os.path.join(env["AIRFLOW_HOME"], "refused-jobs")  # (the module's other DAGs run their jobs beside)
+    env = {**env, "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "tests", "fixtures", "refused_dag"),
+           "SMDIST_LOCAL_ROOT": root}
     run = subprocess.run([airflow, "dags", "test", "smdist_refused"], env=env, capture_output=True, text=True,
                          timeout=300)
     log = run.stdout + run.stderr
     assert "the parameter_server launcher is not run by the local backend" in log, log[-4000:]
     assert "multi_worker_mirrored_strategy (TensorFlow) or mpi (TensorFlow, MXNet)" in log
     assert "XCom not found" not in log, [line for line in log.splitlines() if "XCom" in line]
-    assert not glob.glob(os.path.join(env["SMDIST_LOCAL_ROOT"], "training", "*"))  # refused before any job
+    assert not glob.glob(os.path.join(root, "training", "*"))  # refused before any job
 

@@ -729,7 +729,7 @@ class JobSupervisor:
             for what in made.unbounded:
                 self.say(f"not bounded here: {what}")
             if self.isolation != "namespace":
-                self.say("not bounded here: /tmp and /dev/shm (hosts without namespaces write the worker's)")
+                self.say("not bounded here: /tmp and /dev/shm (the fallback's hosts write the worker's own)")
             self.say(f"not bounded here: /opt/ml (its data, model, output and checkpoints are on the job root's "
                      f"disk, not a volume of VolumeSizeInGB={self.volume_gb() or 'none'}; a full disk fails the "
                      "job, as a full volume does)")
