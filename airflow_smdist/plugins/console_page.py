@@ -92,11 +92,32 @@ def _samples(backend: Any, kind: str, name: str) -> tuple[list[dict[str, Any]], 
     return points, read_utilization(job_dir)
 
 
+def _written_insight(backend: Any, d: dict[str, Any], what: str) -> bytes | None:
+    """What the operator wrote of a training job's insight when the job ended (``insight.json`` or
+    ``insight.png`` beside its output: :func:`airflow_smdist.insight.job_insight`), None where it wrote none
+    (a job run without the operator, or ``insight=False``, or one still running)."""
+    output = (d.get("OutputDataConfig") or {}).get("S3OutputPath")
+    name = d.get("TrainingJobName")
+    if not output or not name or d.get("TrainingJobStatus") not in ("Completed", "Failed", "Stopped"):
+        return None
+    from airflow_smdist.storage import Storage
+
+    try:
+        return bytes(Storage.for_backend(backend).read_bytes(f"{output.rstrip('/')}/{name}/output/{what}"))
+    except Exception:  # noqa: BLE001 - none written (or not readable): the page computes what it can
+        return None
+
+
 def _summary(backend: Any, kind: str, name: str,
              d: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The insight summary (findings, metric curves) of the job's samples, and the samples (None: none yet)."""
+    """The insight summary (findings, metric curves) and the samples (None: none yet). One insight per job: an
+    ended training job's is the one its operator wrote (and logged); the page computes one only where none was
+    written (a job still running, or run without the operator)."""
     from airflow_smdist import insight
 
+    written = _written_insight(backend, d, "insight.json")
+    if written is not None:
+        return json.loads(written), []
     points, samples = _samples(backend, kind, name)
     if not points and not samples:
         return None, samples
@@ -112,6 +133,9 @@ def plot_png(backend: Any, kind: str, name: str) -> bytes | None:
     from airflow_smdist import insight
 
     d = backend.describe(kind, name)
+    written = _written_insight(backend, d, "insight.png")
+    if written is not None:  # the operator's own plot of the ended job
+        return written
     summary, samples = _summary(backend, kind, name, d)
     if summary is None:
         return None

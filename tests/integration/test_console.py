@@ -236,6 +236,38 @@ def test_a_hyperparameter_declared_secret_is_masked_whatever_its_name(client, en
     assert DECLARED_SECRET not in logged.stdout
 
 
+def test_the_page_shows_the_one_insight_the_task_logged(client, env, monkeypatch):
+    """Issue 44: one insight per job. A spot job interrupted once, run by the operator: the findings the task
+    got (and logged), among them what the interruption cost, are the page's, word for word, and its plot is the
+    task's insight.png; the page computes no second summary of an ended job (it said "No uneven shards, idle
+    hosts or divergence seen" where the task said "interrupted")."""
+    import html
+    from types import SimpleNamespace
+
+    from airflow_smdist.operators.training import SageMakerDistributedTrainingOperator
+
+    root = env["root"]
+    monkeypatch.setenv("SMDIST_LOCAL_ROOT", str(root / "jobs"))
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", "1")
+    name = f"insight-{uuid.uuid4().hex[:8]}"
+    op = SageMakerDistributedTrainingOperator(
+        task_id="insight", job_name=name, entry_point="say.py", source_dir=str(root / "src"), image_uri=IMAGE,
+        role=ROLE, instance_count=1, inputs={"train": f"file://{root}/data"}, output_path=f"file://{root}/out",
+        hyperparameters={"lines": 8, "pause": 0.3}, use_spot_instances=True, max_run=300, max_wait=600,
+        poll_interval=0.3)
+    ti = SimpleNamespace(dag_id="insight", task_id="insight", map_index=-1, try_number=1,
+                         xcom_push=lambda *a, **k: None)
+    result = op.execute({"ti": ti, "run_id": "manual"})
+    findings = result["insight"]["findings"]
+    assert result["status"] == "Completed" and any("interrupt" in f for f in findings), findings
+    page = get(client, env, "viewer", f"/smdist/jobs/training/{name}").text
+    shown = re.findall(r"<li>(.*?)</li>", page.split("<ul id=findings>", 1)[1].split("</ul>", 1)[0])
+    assert shown == [html.escape(f) for f in findings]
+    png = get(client, env, "viewer", f"/smdist/jobs/training/{name}/plot.png").content
+    with open(result["insight"]["plot_uri"][len("file://"):], "rb") as f:
+        assert png == f.read()
+
+
 def test_following_a_running_job_returns_only_new_lines_and_stop_stops_it(client, env):
     name = submit(env, hps={"lines": 2, "hold": 1})
     wait_line(env, name, "algo-2", "algo-2 line 3")
