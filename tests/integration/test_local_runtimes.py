@@ -494,3 +494,22 @@ def test_requirements_keep_what_the_image_satisfies_and_replace_only_what_they_n
         in lines, [m for m in lines if m.startswith("runtime:")]
     layer = backend.job_dir("training", name) / "layer"
     assert not list(layer.glob("tabulate*")), list(layer.iterdir())  # what satisfies is not installed again
+
+
+@pytest.mark.slow
+def test_a_build_that_takes_the_next_version_set_says_no_failure(tmp_path):
+    """Issue 42: the XGBoost 1.7-1 image's exact versions do not resolve together on this Python, so its runtime
+    takes the nearest versions above them. That build succeeds, and no line of its log reads as a failure (it
+    said "the image's versions do not install together here (uv: No solution found ...); trying the next set");
+    its install line names the set it took, and its bytecode is compiled (a host mounts it read-only)."""
+    lines: list[str] = []
+    rt = runtimes_mod.build(runtimes_mod.image_spec(
+        "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"), tmp_path / "cache", log=lines.append)
+    failing = [ln for ln in lines if any(w in ln.lower() for w in ("no solution", "do not install", "error",
+                                                                    "failed", "trying the next"))]
+    assert failing == [], failing
+    assert any(ln.startswith("uv pip install") and "nearest" in ln for ln in lines), lines
+    import glob
+
+    compiled = glob.glob(os.path.join(rt.root or "", "**", "xgboost", "__pycache__", "*.pyc"), recursive=True)
+    assert compiled, "the runtime holds no bytecode of xgboost"

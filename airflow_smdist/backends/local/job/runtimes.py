@@ -1140,8 +1140,9 @@ def _install_first(uv: str, env_dir: Path, spec: ImageSpec, torch: str | None, s
         if diskspace.says_disk_full(out):  # nor would it with no room to install into
             raise _OutOfSpace(diskspace.full_line(out))
         reason = [ln.strip() for ln in out.splitlines() if ln.strip() and not ln.startswith(("Using ", "hint"))]
+        # kept for the error if no set installs; a successful build says only the set it took (its install
+        # line names it), no failure line
         failures.append(f"{label} ({' '.join(reqs)}): " + " ".join(reason[-3:]))
-        log(f"{label} do not install together here (uv: {_uv_reason(reason)}); trying the next set")
     what = f"{spec.package} {spec.version}" if spec.package else f"the declared requirements of {spec.image}"
     raise RuntimeSetupError(field_name, f"no local runtime for {spec.image}: {what} does not install on this "
                         f"machine (Python {sys.version_info.major}.{sys.version_info.minor}).",
