@@ -331,3 +331,19 @@ def test_the_example_ddp_script_interrupted_twice_ends_with_the_uninterrupted_lo
     assert len(resumes) == 4, story  # every rank, after each interruption
     assert not [m for m in resumes if m.endswith("epoch 0")]
     assert abs(resumed["final_train_loss"] - clean["final_train_loss"]) <= DDP_LOSS_TOLERANCE
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_counting_checkpoints_never_follows_a_link_out_of_the_host(backend, tmp_path, monkeypatch):
+    """A job that replaces its checkpoint directory with a link to / while its interruption waits for a checkpoint:
+    the root supervisor, which counts checkpoints every tick, skips the link (as the checkpoint sync does) and
+    the job's log says so; no file of the worker counts as a checkpoint, so no interruption happens."""
+    monkeypatch.setenv("SMDIST_LOCAL_SPOT_INTERRUPTIONS", "checkpoint")
+    name, d = run(backend, tmp_path, instance_count=1, entry="ckpt_link_out.py")
+    log = messages(backend, name)
+    assert d["TrainingJobStatus"] == "Completed", d.get("FailureReason")
+    assert "Interrupted" not in statuses(d)
+    assert any("skipped checkpoints: a link out of the host" in m for m in log), log
+    assert any("rehearsal: 0 of 1 interruption(s) happened" in m and "having written 0 of the 1" in m
+               for m in log), log

@@ -17,7 +17,6 @@ import re
 import shutil
 import signal
 import socket
-import stat
 import sys
 import tarfile
 import threading
@@ -590,7 +589,11 @@ class TrainingSupervisor(JobSupervisor):
         if self._ckpt_try != started:
             self._ckpt_try, self._ckpt_last, self._ckpt_counted = started, {}, set()
         for host in self.cluster.hosts:
-            for path, version in _file_versions(self.host_dir(host) / rel, started).items():
+            # as sync_checkpoints reads them: inside the host's directory, never through a link out of it
+            for key, _f, st in hostfs.walk(self.host_dir(host), rel, say=self.host_skipped(host)):
+                if st.st_mtime <= started:
+                    continue
+                path, version = f"{host.label}/{key}", (st.st_size, st.st_mtime_ns)
                 if self._ckpt_last.get(path) == version:
                     self._ckpt_counted.add((path, version))
                 self._ckpt_last[path] = version
@@ -705,20 +708,6 @@ class TrainingSupervisor(JobSupervisor):
         self.state["transitions"][-1]["end"] = time.time()
         self.save(status=status, failure_reason=reason, ended=time.time())
         return 0 if status == "Completed" else 1
-
-
-def _file_versions(root: Path, since: float) -> dict[str, tuple[int, int]]:
-    """path -> (size, mtime_ns) of every regular file below ``root`` written after ``since`` (links not followed)."""
-    out: dict[str, tuple[int, int]] = {}
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and st.st_mtime > since:
-                out[os.path.join(dirpath, name)] = (st.st_size, st.st_mtime_ns)
-    return out
 
 
 def program_of(request: dict[str, Any]) -> str | None:
