@@ -3,6 +3,8 @@ storage sizes, and what a worker without a writable cgroup hierarchy is told."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from airflow_smdist.backends.local.job import bounds
@@ -58,3 +60,19 @@ def test_a_worker_that_cannot_write_its_cgroups_is_told_what_is_not_bounded(monk
     assert made.version is None and made.host("algo-1", "ml.m5.xlarge") is None
     assert made.unbounded == [f"memory and process count (cgroup v1: {dirs[0]}, {dirs[1]} not writable by this "
                               "user)"]
+
+
+def test_only_the_cgroups_of_supervisors_that_are_gone_are_swept(tmp_path):
+    """A job's cgroup carries its supervisor's PID: another job's sweep removes it once that process is gone,
+    never while it lives (even while it has no host between its install and its training)."""
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    mine = tmp_path / f"smdist-aaaaaaaaaaaa-{os.getpid()}"
+    dead = tmp_path / f"smdist-bbbbbbbbbbbb-{gone.pid}"
+    for d in (mine / "algo-1", dead / "algo-1", tmp_path / "other"):
+        d.mkdir(parents=True)
+    bounds.sweep({tmp_path / f"smdist-cccccccccccc-{os.getpid()}"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, "other"])
+    assert (mine / "algo-1").is_dir()

@@ -26,10 +26,10 @@ import contextlib
 import hashlib
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+
+from airflow_smdist.backends.local.store import pid_alive
 
 #: the share of this machine's memory a job's hosts may use together (and each host at most)
 DEFAULT_MEMORY_SHARE = 0.5
@@ -209,7 +209,8 @@ class JobBounds:
     @classmethod
     def make(cls, job_dir: str, volume_gb: float | None) -> JobBounds:
         share, pids = memory_share(), pids_max()
-        key = "smdist-" + hashlib.sha1(os.path.realpath(job_dir).encode()).hexdigest()[:12]
+        # the supervisor's PID in the name: :func:`sweep` removes only the cgroups of supervisors that are gone
+        key = f"smdist-{hashlib.sha1(os.path.realpath(job_dir).encode()).hexdigest()[:12]}-{os.getpid()}"
         bounds = cls(key, volume_gb, job_cap=int(machine_memory() * share), pids=pids)
         found = hierarchy()
         if found[0] is None:
@@ -270,18 +271,20 @@ class JobBounds:
                 d.rmdir()
 
 
-def sweep(job_dirs: set[Path], older_than: float = 120.0, now: Callable[[], float] = time.time) -> None:
-    """Remove the empty cgroups of jobs whose supervisors were killed before they removed them (a cgroup
-    with a process in it is never removed: rmdir refuses it); only those older than ``older_than`` seconds, so a
-    job's cgroup made a moment ago, before its first host, stays."""
+def sweep(job_dirs: set[Path]) -> None:
+    """Remove the cgroups of jobs whose supervisors were killed before they removed them: those named with the
+    PID of a process that is gone (a live job's, even between its hosts, stays; a cgroup with a process in it
+    is never removed either: rmdir refuses it)."""
     for parent in {d.parent for d in job_dirs}:
-        for old in parent.glob("smdist-*"):
+        for old in parent.glob("smdist-*-*"):
+            pid = old.name.rsplit("-", 1)[1]
+            if old in job_dirs or not pid.isdigit() or pid_alive(int(pid)):
+                continue
             try:
-                if now() - old.stat().st_mtime < older_than or old in job_dirs:
-                    continue
                 for child in old.iterdir():
                     if child.is_dir():
                         child.rmdir()
                 old.rmdir()
             except OSError:
                 continue
+
