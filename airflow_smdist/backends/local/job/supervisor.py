@@ -875,11 +875,12 @@ class JobSupervisor:
             exits.wait([label for label, c in codes.items() if c is None], WATCH_TICK)
 
     def failure_reason(self, host: contract.Host, code: int) -> str:
-        out_of_memory = self.out_of_memory([host] + [x for x in self.cluster.hosts if x is not host])
+        hosts = [host] + [x for x in self.cluster.hosts if x is not host]  # the failed host first
+        out_of_memory = self.out_of_memory(hosts)
         if out_of_memory is not None:
             return out_of_memory
         text = None
-        for h in [host] + [x for x in self.cluster.hosts if x is not host]:
+        for h in hosts:
             # read inside the host's directory: a failure file linked out of it (/proc/self/environ) is not read
             found = hostfs.read_text(self.host_dir(h), "output/failure", FAILURE_READ_LIMIT)
             if found and found.strip():
@@ -905,8 +906,10 @@ class JobSupervisor:
         """SageMaker's failure reason when the kernel killed a process of one of ``hosts`` for memory, naming
         the first such host and its limit; else None."""
         limits = self._bounds
+        if limits is None:
+            return None
         for h in hosts:
-            if limits is not None and limits.oom_killed(h.label):
+            if limits.oom_killed(h.label):
                 memory = limits.memory_of(h.instance_type)
                 self.say(f"{h.label} ran out of memory: the kernel killed a process of it at its limit of "
                          f"{memory / 2**30:.2f} GiB")
